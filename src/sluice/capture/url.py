@@ -1,0 +1,46 @@
+"""``mysql://USER[:PASSWORD]@HOST:PORT`` source URLs; the password never prints."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+from sluice.capture.binlog.protocol import ConnectParams
+from sluice.errors import ConfigError
+
+_HINT = "expected mysql://USER[:PASSWORD]@HOST:PORT"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceUrl:
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False, default="")
+
+    def params(self) -> ConnectParams:
+        return ConnectParams(self.host, self.port, self.user, self.password)
+
+    def redacted(self) -> str:
+        secret = ":***" if self.password else ""
+        return f"mysql://{self.user}{secret}@{self.host}:{self.port}"
+
+    def __str__(self) -> str:
+        return self.redacted()
+
+
+def parse_source_url(url: str) -> SourceUrl:
+    """Parse a source URL; the password may also come from ``SLUICE_SOURCE_PASSWORD``."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"bad source URL ({exc}); {_HINT}") from None
+    if parts.scheme not in ("mysql", "mariadb"):
+        shown = parts.scheme or "(none)"
+        raise ConfigError(f"unknown source scheme {shown!r}; {_HINT} (PostgreSQL comes later)")
+    if not parts.hostname or not parts.username:
+        raise ConfigError(f"source URL needs a user and a host; {_HINT}")
+    password = unquote(parts.password or "") or os.environ.get("SLUICE_SOURCE_PASSWORD", "")
+    return SourceUrl(parts.hostname, port or 3306, unquote(parts.username), password)

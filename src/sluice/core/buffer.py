@@ -1,0 +1,210 @@
+"""The event buffer's layout: a circular store of window records in a byte region.
+
+Pure logic over a writable buffer (an ``mmap`` in the relay, a ``bytearray`` in tests). The
+region starts with a 64-byte file header; the rest holds window records back to back in SCN
+order, newest overwriting oldest, whole windows only. A wrap marker (or fewer than 8 bytes
+left) sends the reader back to the start of the data region.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from sluice.core import wire
+from sluice.core.scn_index import SparseIndex
+from sluice.errors import BootstrapRequired, WindowTooLarge
+
+FILE_MAGIC = b"SLBF"
+FILE_VERSION = 1
+FILE_HEADER_SIZE = 64
+_FILE_HEADER = struct.Struct("<4sIQ")
+_WRAP = struct.Struct("<4sI")
+MIN_DATA_SIZE = 4096
+
+
+class WritableBuffer(Protocol):
+    def __len__(self) -> int: ...
+    def __getitem__(self, key: slice, /) -> bytes: ...
+    def __setitem__(self, key: slice, value: bytes, /) -> None: ...
+    def find(self, sub: bytes, start: int = ..., end: int = ..., /) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a reader stopped: valid while no window was evicted since (``epoch``)."""
+
+    scn: int
+    offset: int
+    epoch: int
+
+
+class EventBuffer:
+    """A circular buffer of window records; the caller owns ``mem`` and its lifetime."""
+
+    def __init__(self, mem: WritableBuffer, *, index_block: int = 64 * 1024) -> None:
+        if len(mem) < FILE_HEADER_SIZE + MIN_DATA_SIZE:
+            raise WindowTooLarge(f"buffer too small: {len(mem)} bytes")
+        self._mem = mem
+        self._start = FILE_HEADER_SIZE
+        self._end = FILE_HEADER_SIZE + ((len(mem) - FILE_HEADER_SIZE) // wire.ALIGN) * wire.ALIGN
+        self._index = SparseIndex(index_block)
+        self._reset_state(0)
+
+    # -- state -----------------------------------------------------------------------------
+    def _reset_state(self, start_scn: int) -> None:
+        self.start_scn = start_scn  # every window with SCN > start_scn is held
+        self.max_scn = start_scn
+        self.window_count = 0
+        self.event_count = 0
+        self.bytes_held = 0
+        self.epoch = 0  # bumped on every eviction, invalidating cursors
+        self._head = self._start
+        self._tail = self._start
+        self._index.clear()
+
+    @property
+    def capacity(self) -> int:
+        return self._end - self._start
+
+    def format(self, start_scn: int) -> None:
+        """Empty the buffer; it then holds everything after ``start_scn``."""
+        self._mem[0:_FILE_HEADER.size] = _FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, self.capacity)
+        self._mem[self._start : self._start + 8] = b"\0" * 8
+        self._reset_state(start_scn)
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(self, scn: int, ts_ms: int, events: Sequence[bytes]) -> bytes:
+        """Append one window (events from ``wire.encode_event``); returns its record."""
+        if scn <= self.max_scn:
+            raise ValueError(f"SCN {scn} is not after the buffer's max SCN {self.max_scn}")
+        record = wire.encode_window(scn, self.max_scn, ts_ms, events)
+        if len(record) > self.capacity:
+            raise WindowTooLarge(
+                f"window of {len(record)} bytes does not fit in a buffer of {self.capacity} "
+                "bytes; raise --buffer-size",
+                scn=scn,
+            )
+        pos, wrapped = self._tail, False
+        if pos + len(record) > self._end:
+            self._evict_from(pos, self._end)
+            if self._end - pos >= _WRAP.size:
+                self._mem[pos : pos + _WRAP.size] = _WRAP.pack(wire.WRAP_MAGIC, _WRAP.size)
+            pos, wrapped = self._start, True
+        self._evict_from(pos, pos + len(record))
+        self._mem[pos : pos + len(record)] = record
+        if self.window_count == 0:
+            self._head = pos
+        self._tail = pos + len(record)
+        self._index.note(scn, pos, wrapped)
+        self.max_scn = scn
+        self.window_count += 1
+        self.event_count += len(events)
+        self.bytes_held += len(record)
+        return record
+
+    def _evict_from(self, lo: int, hi: int) -> None:
+        while self.window_count and lo <= self._head < hi:
+            header = wire.read_window_header(self._mem[self._head : self._head + 40])
+            self.start_scn = header.scn
+            self.window_count -= 1
+            self.event_count -= header.n_events
+            self.bytes_held -= header.total_len
+            self.epoch += 1
+            self._index.drop_through(header.scn)
+            self._head = self._next(self._head + header.total_len)
+
+    def _next(self, pos: int) -> int:
+        """The position of the record following one that ends at ``pos``."""
+        if pos + _WRAP.size > self._end or self._mem[pos : pos + 4] == wire.WRAP_MAGIC:
+            return self._start
+        return pos
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(
+        self, since_scn: int, max_bytes: int, cursor: Cursor | None = None
+    ) -> tuple[list[bytes], Cursor | None]:
+        """Whole windows with SCN > ``since_scn``, up to about ``max_bytes`` (at least one).
+
+        Raises ``BootstrapRequired`` when windows after ``since_scn`` were evicted.
+        """
+        if since_scn < self.start_scn:
+            raise BootstrapRequired(
+                f"SCN {since_scn} is older than the buffer holds (oldest servable SCN "
+                f"{self.start_scn})",
+                scn=since_scn,
+                oldest_scn=self.start_scn,
+            )
+        if since_scn >= self.max_scn:
+            return [], cursor
+        pos = self._seek(since_scn, cursor)
+        out: list[bytes] = []
+        size, scn, end = 0, since_scn, pos
+        while scn < self.max_scn and (not out or size < max_bytes):
+            header = wire.read_window_header(self._mem[pos : pos + 40])
+            end = pos + header.total_len
+            scn = header.scn
+            if scn > since_scn:
+                out.append(self._mem[pos:end])
+                size += header.total_len
+            pos = self._next(end) if scn < self.max_scn else end
+        # The cursor keeps the raw end: whether the next record wraps is only known once written.
+        return out, Cursor(scn, end, self.epoch)
+
+    def _seek(self, since_scn: int, cursor: Cursor | None) -> int:
+        if cursor is not None and cursor.epoch == self.epoch and cursor.scn == since_scn:
+            return self._next(cursor.offset)
+        found = self._index.floor(since_scn)
+        return self._head if found is None else found
+
+    # -- restoring -------------------------------------------------------------------------
+    def restore(self) -> bool:
+        """Rebuild state from ``mem`` after a restart; False if it holds no valid buffer."""
+        magic, version, size = _FILE_HEADER.unpack_from(self._mem[0 : _FILE_HEADER.size])
+        if magic != FILE_MAGIC or version != FILE_VERSION or size != self.capacity:
+            return False
+        records = self._scan()
+        self._reset_state(0)
+        if not records:
+            return True
+        chain = _newest_chain(records)
+        self.start_scn = records[chain[0]][2]
+        for scn in chain:
+            offset, length, _prev, n_events = records[scn]
+            self._index.note(scn, offset, self.window_count > 0 and offset < self._tail)
+            if self.window_count == 0:
+                self._head = offset
+            self._tail = offset + length
+            self.window_count += 1
+            self.event_count += n_events
+            self.bytes_held += length
+            self.max_scn = scn
+        return True
+
+    def _scan(self) -> dict[int, tuple[int, int, int, int]]:
+        """Every valid window record in the region: scn -> (offset, len, prev_scn, n_events)."""
+        records: dict[int, tuple[int, int, int, int]] = {}
+        pos = self._start
+        while True:
+            pos = self._mem.find(wire.WINDOW_MAGIC, pos, self._end)
+            if pos < 0:
+                return records
+            if pos % wire.ALIGN == 0 and wire.window_is_valid(self._mem, pos, self._end):
+                header = wire.read_window_header(self._mem[pos : pos + 40])
+                records[header.scn] = (pos, header.total_len, header.prev_scn, header.n_events)
+                pos += header.total_len
+            else:
+                pos += 1
+
+
+def _newest_chain(records: dict[int, tuple[int, int, int, int]]) -> list[int]:
+    """SCNs of the live windows: follow ``prev_scn`` back from the newest record."""
+    scn = max(records)
+    chain = [scn]
+    while (prev := records[scn][2]) in records and prev < scn:
+        chain.append(prev)
+        scn = prev
+    chain.reverse()
+    return chain

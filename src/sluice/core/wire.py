@@ -1,0 +1,209 @@
+"""Binary framing of windows, shared by the event buffer and the ``/stream`` wire format.
+
+A window record (all little-endian, padded to 8 bytes)::
+
+    magic 'SLW1' | total_len u32 | scn u64 | prev_scn u64 | ts_ms u64 | n_events u32 | crc32 u32
+    then n_events event records:
+    ev_len u32 | key_hash u32 | op u8 | src_len u8 | schema_version u16 | source | payload
+
+``prev_scn`` chains every window to the one before it, so a restored buffer can tell the
+live windows from stale ones. A heartbeat frame (``'SLH1' | 24 | scn u64 | reserved u64``)
+says "every window up to ``scn`` was considered", so a filtered client can advance.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from sluice.core.event import OPS, Op
+from sluice.errors import DecodeError
+
+WINDOW_MAGIC = b"SLW1"
+HEARTBEAT_MAGIC = b"SLH1"
+WRAP_MAGIC = b"SLWR"
+ALIGN = 8
+
+_WINDOW_HEADER = struct.Struct("<4sIQQQII")
+_EVENT_HEADER = struct.Struct("<IIBBH")
+_HEARTBEAT = struct.Struct("<4sIQQ")
+_LEN_AT = struct.Struct("<4sI")
+WINDOW_HEADER_SIZE = _WINDOW_HEADER.size
+EVENT_HEADER_SIZE = _EVENT_HEADER.size
+HEARTBEAT_SIZE = _HEARTBEAT.size
+_CRC_AT = WINDOW_HEADER_SIZE - 4
+
+
+@dataclass(frozen=True, slots=True)
+class RawEvent:
+    """An event with its row images serialized (Avro), as capture makes it and the buffer holds it."""
+
+    source: str
+    op: Op
+    schema_version: int
+    key_hash: int
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WindowHeader:
+    scn: int
+    prev_scn: int
+    ts_ms: int
+    n_events: int
+    total_len: int
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    scn: int
+
+
+def _pad(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def encode_event(event: RawEvent) -> bytes:
+    source = event.source.encode()
+    if len(source) > 255:
+        raise DecodeError(f"source name too long: {event.source!r}")
+    size = EVENT_HEADER_SIZE + len(source) + len(event.payload)
+    header = _EVENT_HEADER.pack(
+        size, event.key_hash, ord(event.op), len(source), event.schema_version
+    )
+    return header + source + event.payload
+
+
+def encode_window(scn: int, prev_scn: int, ts_ms: int, events: Sequence[bytes]) -> bytes:
+    """Frame already encoded events (``encode_event``) as one window record."""
+    body = b"".join(events)
+    total = _pad(WINDOW_HEADER_SIZE + len(body))
+    head = _WINDOW_HEADER.pack(WINDOW_MAGIC, total, scn, prev_scn, ts_ms, len(events), 0)
+    padding = b"\0" * (total - WINDOW_HEADER_SIZE - len(body))
+    crc = zlib.crc32(body + padding, zlib.crc32(head[:_CRC_AT]))
+    return head[:_CRC_AT] + crc.to_bytes(4, "little") + body + padding
+
+
+def encode_heartbeat(scn: int) -> bytes:
+    return _HEARTBEAT.pack(HEARTBEAT_MAGIC, HEARTBEAT_SIZE, scn, 0)
+
+
+def peek_frame(data: bytes | memoryview, offset: int = 0) -> tuple[bytes, int]:
+    """Magic and total length of the frame at ``offset`` (no validation)."""
+    magic, length = _LEN_AT.unpack_from(data, offset)
+    return bytes(magic), length
+
+
+def read_window_header(data: bytes | memoryview, offset: int = 0) -> WindowHeader:
+    magic, total, scn, prev, ts_ms, n_events, _crc = _WINDOW_HEADER.unpack_from(data, offset)
+    if magic != WINDOW_MAGIC:
+        raise DecodeError(f"not a window record at offset {offset}")
+    return WindowHeader(scn, prev, ts_ms, n_events, total)
+
+
+def window_is_valid(data: bytes | memoryview, offset: int, limit: int) -> bool:
+    """True when a complete, uncorrupted window record starts at ``offset``."""
+    if offset + WINDOW_HEADER_SIZE > limit:
+        return False
+    magic, total, *_rest, crc = _WINDOW_HEADER.unpack_from(data, offset)
+    if magic != WINDOW_MAGIC or total < WINDOW_HEADER_SIZE or total % ALIGN or offset + total > limit:
+        return False
+    view = memoryview(data)
+    expect = zlib.crc32(view[offset + WINDOW_HEADER_SIZE : offset + total],
+                        zlib.crc32(view[offset : offset + _CRC_AT]))
+    return expect == crc
+
+
+def iter_event_spans(window: bytes | memoryview) -> Iterator[tuple[int, int, int, bytes]]:
+    """``(start, end, key_hash, source)`` of each event record, reading headers only."""
+    header = read_window_header(window)
+    pos = WINDOW_HEADER_SIZE
+    for _ in range(header.n_events):
+        size, key_hash, _op, src_len, _version = _EVENT_HEADER.unpack_from(window, pos)
+        start = pos + EVENT_HEADER_SIZE
+        yield pos, pos + size, key_hash, bytes(window[start : start + src_len])
+        pos += size
+
+
+def decode_events(window: bytes | memoryview) -> list[RawEvent]:
+    header = read_window_header(window)
+    out: list[RawEvent] = []
+    pos = WINDOW_HEADER_SIZE
+    for _ in range(header.n_events):
+        size, key_hash, op, src_len, version = _EVENT_HEADER.unpack_from(window, pos)
+        start = pos + EVENT_HEADER_SIZE
+        op_char = chr(op)
+        if op_char not in OPS or size < EVENT_HEADER_SIZE + src_len:
+            raise DecodeError(f"corrupt event record in window {header.scn}", scn=header.scn)
+        source = bytes(window[start : start + src_len]).decode()
+        payload = bytes(window[start + src_len : pos + size])
+        out.append(RawEvent(source, op_char, version, key_hash, payload))  # type: ignore[arg-type]
+        pos += size
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """Server-side filter: sources (encoded names) and a key partition ``index/count``."""
+
+    sources: frozenset[bytes] | None = None
+    partition: tuple[int, int] | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.sources is None and self.partition is None
+
+    def keeps(self, key_hash: int, source: bytes) -> bool:
+        if self.sources is not None and source not in self.sources:
+            return False
+        if self.partition is not None:
+            index, count = self.partition
+            return key_hash % count == index
+        return True
+
+
+def filter_window(window: bytes, flt: Filter) -> bytes | None:
+    """The window with only the events ``flt`` keeps: itself, a rebuilt record, or None."""
+    if flt.is_open:
+        return window
+    spans = list(iter_event_spans(window))
+    kept = [(s, e) for s, e, key_hash, source in spans if flt.keeps(key_hash, source)]
+    if not kept:
+        return None
+    if len(kept) == len(spans):
+        return window
+    header = read_window_header(window)
+    return encode_window(header.scn, header.prev_scn, header.ts_ms, [window[s:e] for s, e in kept])
+
+
+class FrameParser:
+    """Incremental parser of a ``/stream`` body: bytes in, windows and heartbeats out."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes | Heartbeat]:
+        self._buf += data
+        frames: list[bytes | Heartbeat] = []
+        pos = 0
+        while len(self._buf) - pos >= 8:
+            magic, length = _LEN_AT.unpack_from(self._buf, pos)
+            if magic not in (WINDOW_MAGIC, HEARTBEAT_MAGIC) or length < 8:
+                raise DecodeError("corrupt stream: unknown frame")
+            if len(self._buf) - pos < length:
+                break
+            if magic == HEARTBEAT_MAGIC:
+                frames.append(Heartbeat(_HEARTBEAT.unpack_from(self._buf, pos)[2]))
+            else:
+                if not window_is_valid(self._buf, pos, pos + length):
+                    raise DecodeError("corrupt stream: window checksum mismatch")
+                frames.append(bytes(self._buf[pos : pos + length]))
+            pos += length
+        del self._buf[:pos]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        return len(self._buf)

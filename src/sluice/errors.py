@@ -1,0 +1,87 @@
+"""The one error root of Sluice.
+
+Tree::
+
+    SluiceError
+    ├── ConfigError            bad configuration or arguments (not retriable)
+    ├── SourceError            the source database refused or failed
+    │   ├── SourceSetupError   server settings or privileges are wrong (not retriable)
+    │   └── SourceConnectionError  the server went away (retriable)
+    ├── DecodeError            a log event or value could not be decoded exactly
+    ├── SchemaError            unknown source or schema version
+    ├── WindowTooLarge         a window does not fit in the event buffer
+    ├── CheckpointError        a checkpoint is corrupt or from the future (not retriable)
+    └── RelayError             a relay answered with an error
+        ├── RelayUnavailable   no relay could be reached (retriable)
+        ├── BootstrapRequired  the relay no longer holds the requested SCN (HTTP 410)
+        └── BadRequest         the relay rejected the request (HTTP 4xx)
+"""
+
+from __future__ import annotations
+
+
+class SluiceError(Exception):
+    """Root of every error Sluice raises on purpose."""
+
+    retriable: bool = False
+
+    def __init__(self, message: str, *, scn: int | None = None, source: str | None = None) -> None:
+        super().__init__(message)
+        self.scn = scn
+        self.source = source
+
+
+class ConfigError(SluiceError):
+    """Bad configuration or arguments; fix the input and try again."""
+
+
+class SourceError(SluiceError):
+    """The source database failed."""
+
+
+class SourceSetupError(SourceError):
+    """The source server is not configured for CDC (settings, privileges, unknown table)."""
+
+
+class SourceConnectionError(SourceError):
+    """The source server could not be reached or dropped the connection."""
+
+    retriable = True
+
+
+class DecodeError(SluiceError):
+    """A binlog event or value could not be decoded exactly."""
+
+
+class SchemaError(SluiceError):
+    """An unknown source or schema version."""
+
+
+class WindowTooLarge(SluiceError):
+    """A window does not fit in the event buffer."""
+
+
+class CheckpointError(SluiceError):
+    """A checkpoint is corrupt, or ahead of what the relay has ever seen."""
+
+
+class RelayError(SluiceError):
+    """A relay (or bootstrap server) answered with an error."""
+
+
+class RelayUnavailable(RelayError):
+    """No relay could be reached."""
+
+    retriable = True
+
+
+class BootstrapRequired(RelayError):
+    """The relay no longer holds the requested SCN: the consumer needs a bootstrap."""
+
+    def __init__(self, message: str, *, scn: int | None = None, oldest_scn: int | None = None):
+        super().__init__(message, scn=scn)
+        self.oldest_scn = oldest_scn
+
+
+class BadRequest(RelayError):
+    """The relay rejected the request as malformed."""

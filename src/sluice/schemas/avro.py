@@ -1,0 +1,148 @@
+"""Table schemas as Avro, and the codec of event payloads (before and after images)."""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+
+from sluice.schemas.columns import Column, avro_name, canonical_converter, json_converter
+from sluice.errors import SchemaError
+
+NAMESPACE = "sluice"
+
+
+@dataclass(frozen=True, slots=True)
+class TableSchema:
+    """The columns of a source at one schema version, with its primary key."""
+
+    source: str
+    version: int
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...]
+
+    def same_shape(self, other: TableSchema) -> bool:
+        return self.columns == other.columns and self.primary_key == other.primary_key
+
+    def to_avro(self) -> dict[str, Any]:
+        taken: set[str] = set()
+        fields = []
+        for col in self.columns:
+            entry: dict[str, Any] = {
+                "name": avro_name(col.name, taken), "type": col.avro_type(),
+                "sluice.column": col.name, "sluice.kind": col.kind,
+                "sluice.mysql_type": col.mysql_type, "sluice.nullable": col.nullable,
+            }
+            if col.kind == "decimal":
+                entry["sluice.precision"] = col.precision
+                entry["sluice.scale"] = col.scale
+            fields.append(entry)
+        return {
+            "type": "record",
+            "name": "Row",
+            "namespace": f"{NAMESPACE}.{_ns(self.source)}.v{self.version}",
+            "fields": fields,
+            "sluice.source": self.source,
+            "sluice.version": self.version,
+            "sluice.primary_key": list(self.primary_key),
+        }
+
+    @classmethod
+    def from_avro(cls, schema: dict[str, Any]) -> TableSchema:
+        try:
+            columns = tuple(
+                Column(
+                    name=f["sluice.column"], kind=f["sluice.kind"],
+                    nullable=bool(f["sluice.nullable"]),
+                    mysql_type=f["sluice.mysql_type"],
+                    precision=f.get("sluice.precision", 0), scale=f.get("sluice.scale", 0),
+                )
+                for f in schema["fields"]
+            )
+            return cls(schema["sluice.source"], int(schema["sluice.version"]), columns,
+                       tuple(schema["sluice.primary_key"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SchemaError(f"not a Sluice table schema: missing {exc}") from None
+
+
+def _ns(source: str) -> str:
+    return ".".join(avro_name(part, set()) for part in source.split("."))
+
+
+def key_hash(key: dict[str, Any] | None, fallback: bytes) -> int:
+    """The partition hash of a key: crc32 of its canonical JSON (or of the payload, keyless)."""
+    if key is None:
+        return zlib.crc32(fallback)
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return zlib.crc32(text.encode())
+
+
+@dataclass(slots=True)
+class RowCodec:
+    """Encodes and decodes the payload of one schema version: ``{before, after}``."""
+
+    schema: TableSchema
+    _parsed: Any = field(init=False)
+    _names: list[str] = field(init=False)
+    _to_json: list[tuple[str, str, Callable[[Any], Any]]] = field(init=False)
+    _key_canonical: list[tuple[int, str, Callable[[Any], Any]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        row = self.schema.to_avro()
+        envelope = {
+            "type": "record", "name": "Envelope", "namespace": row["namespace"],
+            "fields": [
+                {"name": "before", "type": ["null", row]},
+                {"name": "after", "type": ["null", "Row"]},
+            ],
+        }
+        self._parsed = fastavro.parse_schema(envelope)
+        self._names = [f["name"] for f in row["fields"]]
+        self._to_json = [
+            (f["name"], col.name, json_converter(col.kind))
+            for f, col in zip(row["fields"], self.schema.columns, strict=True)
+        ]
+        index = {col.name: i for i, col in enumerate(self.schema.columns)}
+        self._key_canonical = [
+            (index[name], name, canonical_converter(self.schema.columns[index[name]].kind))
+            for name in self.schema.primary_key
+        ]
+
+    def encode(self, before: Sequence[Any] | None, after: Sequence[Any] | None) -> bytes:
+        """Encode canonical row values (in column order) as Avro binary."""
+        names = self._names
+        record = {
+            "before": None if before is None else dict(zip(names, before, strict=True)),
+            "after": None if after is None else dict(zip(names, after, strict=True)),
+        }
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, self._parsed, record)
+        return out.getvalue()
+
+    def canonical_key(self, row: Sequence[Any]) -> dict[str, Any] | None:
+        if not self._key_canonical:
+            return None
+        return {name: convert(row[i]) for i, name, convert in self._key_canonical}
+
+    def decode(self, payload: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Decode a payload into JSON-mapped ``(before, after)`` rows."""
+        record = fastavro.schemaless_reader(io.BytesIO(payload), self._parsed, None)
+        return self._row_json(record["before"]), self._row_json(record["after"])
+
+    def _row_json(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        return {
+            column: (None if (value := row[name]) is None else convert(value))
+            for name, column, convert in self._to_json
+        }
+
+    def key_of(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        if row is None or not self.schema.primary_key:
+            return None
+        return {name: row[name] for name in self.schema.primary_key}

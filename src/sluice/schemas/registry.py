@@ -1,0 +1,97 @@
+"""The schema registry: versioned table schemas stored as ``.avsc`` files in a directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+
+from sluice.errors import SchemaError
+from sluice.schemas.avro import RowCodec, TableSchema
+from sluice.schemas.columns import Column
+
+log = logging.getLogger(__name__)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write temp, fsync, rename: readers see the old file or the new one, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+class SchemaRegistry:
+    """Thread-safe: capture registers from its thread, the relay's HTTP handlers read."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._dir = directory
+        self._lock = threading.Lock()
+        self._versions: dict[str, list[TableSchema]] = {}
+        self._codecs: dict[tuple[str, int], RowCodec] = {}
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._load(directory)
+
+    def _load(self, directory: Path) -> None:
+        for path in sorted(directory.glob("*/v*.avsc")):
+            try:
+                schema = TableSchema.from_avro(json.loads(path.read_text("utf-8")))
+            except (ValueError, SchemaError) as exc:
+                raise SchemaError(f"corrupt schema file {path}: {exc}") from None
+            self._versions.setdefault(schema.source, []).append(schema)
+        for versions in self._versions.values():
+            versions.sort(key=lambda s: s.version)
+
+    def register(
+        self, source: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]
+    ) -> TableSchema:
+        """The latest version if its columns match, else a new version (stored first)."""
+        with self._lock:
+            versions = self._versions.setdefault(source, [])
+            candidate = TableSchema(source, len(versions) + 1, columns, primary_key)
+            if versions and versions[-1].same_shape(candidate):
+                return versions[-1]
+            if self._dir is not None:
+                folder = self._dir / source
+                folder.mkdir(exist_ok=True)
+                text = json.dumps(candidate.to_avro(), indent=2, sort_keys=True)
+                write_atomically(folder / f"v{candidate.version}.avsc", text)
+            versions.append(candidate)
+            log.info("schema of %s is now version %d", source, candidate.version)
+            return candidate
+
+    def add(self, schema: TableSchema) -> None:
+        """Add a schema fetched from elsewhere (clients cache the relay's)."""
+        with self._lock:
+            versions = self._versions.setdefault(schema.source, [])
+            if all(s.version != schema.version for s in versions):
+                versions.append(schema)
+                versions.sort(key=lambda s: s.version)
+
+    def sources(self) -> list[str]:
+        with self._lock:
+            return sorted(self._versions)
+
+    def versions(self, source: str) -> list[TableSchema]:
+        with self._lock:
+            if source not in self._versions:
+                raise SchemaError(f"unknown source {source!r}", source=source)
+            return list(self._versions[source])
+
+    def get(self, source: str, version: int) -> TableSchema:
+        for schema in self.versions(source):
+            if schema.version == version:
+                return schema
+        raise SchemaError(f"unknown schema version {version} of {source}", source=source)
+
+    def codec(self, source: str, version: int) -> RowCodec:
+        key = (source, version)
+        codec = self._codecs.get(key)
+        if codec is None:
+            codec = self._codecs[key] = RowCodec(self.get(source, version))
+        return codec
