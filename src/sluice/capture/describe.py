@@ -1,0 +1,71 @@
+"""A live table's schema from information_schema (Databus's schema generator)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pymysql
+
+from sluice.errors import SourceSetupError
+from sluice.schemas import Column, TableSchema
+
+_INTS = ("tinyint", "smallint", "mediumint", "int", "bigint")
+_TEXTS = {"char": "char", "varchar": "varchar", "tinytext": "text", "text": "text",
+          "mediumtext": "text", "longtext": "text"}
+_BINARIES = {"binary": "binary", "varbinary": "varbinary", "tinyblob": "blob", "blob": "blob",
+             "mediumblob": "blob", "longblob": "blob"}
+_GEOMETRIES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
+               "multipolygon", "geometrycollection"}
+
+
+def _column(row: dict[str, Any], json_columns: set[str]) -> Column:
+    name, dtype = str(row["COLUMN_NAME"]), str(row["DATA_TYPE"]).lower()
+    ctype = str(row["COLUMN_TYPE"]).lower()
+    nullable = row["IS_NULLABLE"] == "YES"
+    unsigned = "unsigned" in ctype
+    if dtype in _INTS:
+        kind = "uint64" if dtype == "bigint" and unsigned else "int"
+        return Column(name, kind, nullable, dtype + (" unsigned" if unsigned else ""))
+    if dtype in ("float", "double", "year", "date", "enum", "set", "uuid", "inet6"):
+        return Column(name, dtype, nullable, dtype)
+    if dtype == "decimal":
+        precision, scale = int(row["NUMERIC_PRECISION"]), int(row["NUMERIC_SCALE"])
+        return Column(name, "decimal", nullable, f"decimal({precision},{scale})", precision, scale)
+    if dtype in ("datetime", "timestamp", "time"):
+        return Column(name, dtype, nullable, f"{dtype}({int(row['DATETIME_PRECISION'] or 0)})")
+    if dtype == "bit":
+        bits = int(row["NUMERIC_PRECISION"])
+        return Column(name, "uint64" if bits > 63 else "bit", nullable, f"bit({bits})")
+    if dtype in _TEXTS:
+        if name in json_columns:
+            return Column(name, "json", nullable, "json")
+        return Column(name, "string", nullable, _TEXTS[dtype])
+    if dtype in _BINARIES:
+        return Column(name, "bytes", nullable, _BINARIES[dtype])
+    if dtype in _GEOMETRIES:
+        return Column(name, "geometry", nullable, "geometry")
+    raise SourceSetupError(f"column {name!r} has a type Sluice does not know: {ctype}")
+
+
+def describe_table(conn: pymysql.Connection[Any], source: str) -> TableSchema:
+    schema, _, table = source.partition(".")
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
+            "NUMERIC_SCALE, DATETIME_PRECISION FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (schema, table))
+        rows = list(cur.fetchall())
+        if not rows:
+            raise SourceSetupError(f"unknown table {source!r}", source=source)
+        cur.execute(
+            "SELECT CONSTRAINT_NAME AS c FROM information_schema.CHECK_CONSTRAINTS WHERE "
+            "CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
+            (schema, table))
+        json_columns = {str(r["c"]) for r in cur.fetchall()}
+        cur.execute(
+            "SELECT COLUMN_NAME AS c FROM information_schema.KEY_COLUMN_USAGE WHERE "
+            "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND CONSTRAINT_NAME='PRIMARY' "
+            "ORDER BY ORDINAL_POSITION", (schema, table))
+        primary_key = tuple(str(r["c"]) for r in cur.fetchall())
+    columns = tuple(_column(row, json_columns) for row in rows)
+    return TableSchema(source, 1, columns, primary_key)

@@ -1,0 +1,66 @@
+"""``sluice``: relay, tail, schema generate, demo. Errors print one sentence, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from sluice.errors import ConfigError, SluiceError
+
+log = logging.getLogger("sluice")
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    level_name = os.environ.get("SLUICE_LOG_LEVEL")
+    logging.basicConfig(
+        level=level_name.upper() if level_name else level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise SystemExit(f"sluice: error: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from sluice.cli import demo, relay, schema, tail
+
+    parser = _Parser(prog="sluice", description="Change data capture for MySQL/MariaDB.")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="more logging on stderr (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    relay.add_parser(sub)
+    tail.add_parser(sub)
+    schema.add_parser(sub)
+    demo.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    run: Command = args.run
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        return 130
+    except ConfigError as exc:
+        print(f"sluice: error: {exc}", file=sys.stderr)
+        return 2
+    except SluiceError as exc:
+        print(f"sluice: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

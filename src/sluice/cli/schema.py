@@ -1,0 +1,32 @@
+"""``sluice schema generate``: the Avro schema of a live table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from sluice.capture import parse_source_url
+from sluice.capture.describe import describe_table
+from sluice.errors import ConfigError
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("schema", help="schema tools")
+    schema_sub = p.add_subparsers(dest="schema_command", required=True)
+    gen = schema_sub.add_parser("generate", help="print the Avro schema of a live table")
+    gen.add_argument("--source", required=True, help="mysql://USER[:PASSWORD]@HOST:PORT")
+    gen.add_argument("--table", required=True, metavar="DB.TABLE")
+    gen.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.table.count(".") != 1:
+        raise ConfigError(f"table {args.table!r} must be DB.TABLE")
+    conn = parse_source_url(args.source).params().connect()
+    try:
+        schema = describe_table(conn, args.table)
+    finally:
+        conn.close()
+    print(json.dumps(schema.to_avro(), indent=2))
+    return 0

@@ -1,0 +1,10 @@
+"""The client library: pull windows from relays, call consumer code, keep the checkpoint."""
+
+from sluice.client.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
+from sluice.client.client import AsyncClient, Client, ClientConfig, RetryPolicy
+from sluice.client.consumer import BaseConsumer, Consumer, ConsumerFailed
+
+__all__ = [
+    "AsyncClient", "BaseConsumer", "CheckpointStore", "Client", "ClientConfig", "Consumer",
+    "ConsumerFailed", "FileCheckpointStore", "MemoryCheckpointStore", "RetryPolicy",
+]

@@ -1,0 +1,47 @@
+"""The consumer extension point.
+
+Invariants the client keeps, and a consumer may rely on:
+- windows arrive in strictly increasing SCN order; ``on_window_start``, then ``on_event`` for
+  each event in log order, then ``on_window_end``;
+- a hook that raises fails the whole window: the client calls ``on_rollback(scn)`` (undo or
+  forget the window's partial work), waits, and delivers the same window again;
+- the checkpoint moves past a window only after ``on_window_end`` returned;
+- after a crash, windows after the last checkpoint are delivered again (at-least-once), so
+  applying a window must be idempotent (upsert by key, delete by key).
+Hooks may be plain functions or coroutines (with ``AsyncClient``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from sluice.core.event import Event, Window
+from sluice.errors import SluiceError
+
+
+class ConsumerFailed(SluiceError):
+    """The consumer kept failing on one window; its checkpoint is still before that window."""
+
+
+@runtime_checkable
+class Consumer(Protocol):
+    def on_window_start(self, scn: int) -> Any: ...
+    def on_event(self, event: Event) -> Any: ...
+    def on_window_end(self, window: Window) -> Any: ...
+    def on_rollback(self, scn: int, error: BaseException) -> Any: ...
+
+
+class BaseConsumer:
+    """Override what you need; a consumer raises to fail, it does not return status codes."""
+
+    def on_window_start(self, scn: int) -> Any:
+        return None
+
+    def on_event(self, event: Event) -> Any:
+        return None
+
+    def on_window_end(self, window: Window) -> Any:
+        return None
+
+    def on_rollback(self, scn: int, error: BaseException) -> Any:
+        return None

@@ -1,0 +1,104 @@
+"""Talking to relays over HTTP: schemas, and the framed ``/stream`` body."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from sluice.core.wire import FrameParser, Heartbeat
+from sluice.errors import (
+    BadRequest,
+    BootstrapRequired,
+    CheckpointError,
+    ConfigError,
+    RelayError,
+    RelayUnavailable,
+    SchemaError,
+)
+from sluice.schemas import TableSchema
+
+
+def check_relay_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"bad relay URL {url!r}: expected http://HOST:PORT")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ConfigError(f"bad relay URL {url!r}: the port is not a number") from None
+    return url.rstrip("/")
+
+
+async def _error_body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    try:
+        body = json.loads(await resp.text())
+    except (ValueError, UnicodeDecodeError, aiohttp.ClientError):
+        return {"error": f"HTTP {resp.status}"}
+    return body if isinstance(body, dict) else {"error": str(body)}
+
+
+def _raise_for(status: int, body: dict[str, Any], url: str, since_scn: int | None) -> None:
+    message = f"{url}: {body.get('error', f'HTTP {status}')}"
+    if status == 410:
+        raise BootstrapRequired(message, scn=since_scn, oldest_scn=body.get("oldest_scn"))
+    if status == 409:
+        raise CheckpointError(message, scn=since_scn)
+    if status == 404 and "sources" in body:
+        raise SchemaError(message)
+    if 400 <= status < 500:
+        raise BadRequest(message)
+    raise RelayUnavailable(message)
+
+
+class RelayConnection:
+    """One relay, one aiohttp session."""
+
+    def __init__(self, url: str, session: aiohttp.ClientSession) -> None:
+        self.url = check_relay_url(url)
+        self._session = session
+
+    async def get_json(self, path: str) -> dict[str, Any]:
+        try:
+            async with self._session.get(self.url + path) as resp:
+                if resp.status != 200:
+                    _raise_for(resp.status, await _error_body(resp), self.url, None)
+                body: dict[str, Any] = await resp.json()
+                return body
+        except aiohttp.ClientError as exc:
+            raise RelayUnavailable(f"{self.url}: {exc}") from None
+
+    async def schemas(self, source: str) -> list[TableSchema]:
+        body = await self.get_json(f"/schemas/{source}")
+        return [TableSchema.from_avro(s) for s in body.get("versions", [])]
+
+    async def stream(
+        self, since_scn: int, sources: tuple[str, ...], partition: str | None,
+        timeout_ms: int,
+    ) -> AsyncIterator[bytes | Heartbeat]:
+        params = {"since_scn": str(since_scn), "timeout_ms": str(timeout_ms)}
+        if sources:
+            params["sources"] = ",".join(sources)
+        if partition:
+            params["partition"] = partition
+        parser = FrameParser()
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10,
+                                        sock_read=timeout_ms / 1000 + 30)
+        try:
+            async with self._session.get(self.url + "/stream", params=params,
+                                         timeout=timeout) as resp:
+                if resp.status != 200:
+                    _raise_for(resp.status, await _error_body(resp), self.url, since_scn)
+                async for chunk in resp.content.iter_any():
+                    for frame in parser.feed(chunk):
+                        yield frame
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RelayUnavailable(f"{self.url}: {exc or type(exc).__name__}") from None
+        if parser.pending:
+            raise RelayUnavailable(f"{self.url}: stream cut in the middle of a window")
+
+
+__all__ = ["RelayConnection", "RelayError", "check_relay_url"]

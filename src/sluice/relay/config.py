@@ -1,0 +1,34 @@
+"""The relay's configuration model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+
+from sluice.settings import SluiceSettings
+
+
+class RelayConfig(SluiceSettings):
+    """``sluice relay`` settings: TOML file keys are these field names."""
+
+    source: SecretStr = Field(description="mysql://USER[:PASSWORD]@HOST:PORT")
+    tables: list[str] = Field(min_length=1, description="captured tables, DB.TABLE")
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = Field(default=7070, ge=0, le=65535)
+    since_scn: int | None = Field(default=None, ge=0)
+    buffer_size: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
+    server_id: int | None = Field(default=None, ge=1, le=2**32 - 1)
+    max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    long_poll_ms: int = Field(default=10_000, ge=0, le=300_000)
+    capture_queue: int = Field(default=256, ge=1)
+
+    @field_validator("tables")
+    @classmethod
+    def _tables_named(cls, tables: list[str]) -> list[str]:
+        for table in tables:
+            schema, dot, name = table.partition(".")
+            if not dot or not schema or not name or "." in name:
+                raise ValueError(f"table {table!r} must be DB.TABLE")
+        return tables

@@ -1,0 +1,236 @@
+"""The relay component: capture thread -> bounded queue -> event buffer -> HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
+from sluice.core.buffer import EventBuffer
+from sluice.errors import ConfigError, SluiceError, WindowTooLarge
+from sluice.relay.config import RelayConfig
+from sluice.relay.server import make_app
+from sluice.relay.store import BufferStore
+from sluice.schemas import SchemaRegistry
+
+log = logging.getLogger(__name__)
+
+
+class Relay:
+    """``async with Relay(config) as relay:`` serves until the block ends."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        self.config = config
+        self.tables = tuple(config.tables)
+        self.registry = SchemaRegistry(config.data_dir / "schemas")
+        self.capture_error: SluiceError | None = None
+        self.clients = 0
+        self.bytes_served = 0
+        self.port = config.port
+        self.changed = asyncio.Event()
+        self._started = False
+        self._stopping = False
+        self._store: BufferStore | None = None
+        self._capture: MySQLCapture | None = None
+        self._runner: web.AppRunner | None = None
+        self._queue: asyncio.Queue[CapturedWindow] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._dirty = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started_at = time.time()
+
+    @property
+    def buffer(self) -> EventBuffer:
+        assert self._store is not None, "relay not started"
+        return self._store.buffer
+
+    @property
+    def source_end_scn(self) -> int:
+        return self._capture.stats.source_end_scn if self._capture else 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> Relay:
+        if self._started:
+            raise SluiceError("relay already started")
+        self._started = True
+        self._loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue(self.config.capture_queue)
+        url = parse_source_url(self.config.source.get_secret_value())
+        store = self._store = BufferStore(self.config.data_dir, self.config.buffer_size)
+        capture = self._capture = MySQLCapture(
+            url.params(), self.tables, self.registry, self._sink,
+            server_id=self.config.server_id, on_fatal=self._on_fatal)
+        try:
+            info = await asyncio.to_thread(capture.check)
+            start = self._start_scn(store, info.end_scn)
+            capture.start(start)
+            log.info("relay capturing %s from %s after SCN %d", ", ".join(self.tables), url, start)
+            await self._serve()
+        except BaseException:
+            await self.stop()
+            raise
+        self._tasks = [asyncio.create_task(self._ingest()), asyncio.create_task(self._persist())]
+        return self
+
+    def _start_scn(self, store: BufferStore, end_scn: int) -> int:
+        buffer = store.buffer
+        since = self.config.since_scn
+        if since is not None:
+            if not store.restored or since != buffer.max_scn:
+                buffer.format(since)
+            return since
+        persisted = store.persisted_scn()
+        if store.restored and (buffer.window_count or persisted is not None):
+            if persisted is not None and persisted > buffer.max_scn:
+                buffer.format(persisted)  # the buffer file was lost; the SCN was not
+            log.info("resuming after SCN %d (%d windows restored)", buffer.max_scn,
+                     buffer.window_count)
+            return buffer.max_scn
+        if persisted is not None:
+            buffer.format(persisted)
+            return persisted
+        buffer.format(end_scn)
+        return end_scn
+
+    async def _serve(self) -> None:
+        runner = self._runner = web.AppRunner(make_app(self), access_log=None,
+                                              handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.host, self.config.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}; "
+                "pick another --port") from None
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
+        log.info("relay listening on http://%s:%d", self.config.host, self.port)
+
+    async def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        if self._capture is not None:
+            await asyncio.to_thread(self._capture.stop)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._store is not None:
+            if self._store.buffer.window_count or self._store.persisted_scn() is not None:
+                self._store.persist(self._store.buffer.max_scn)
+            self._store.close()
+        log.info("relay stopped")
+
+    async def __aenter__(self) -> Relay:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- capture thread -> loop --------------------------------------------------------------
+    def _sink(self, window: CapturedWindow) -> None:
+        """Runs in the capture thread; blocks while the queue is full (backpressure)."""
+        assert self._loop is not None and self._queue is not None
+        future = asyncio.run_coroutine_threadsafe(self._queue.put(window), self._loop)
+        while True:
+            try:
+                future.result(timeout=0.5)
+                return
+            except TimeoutError:
+                if self._stopping:
+                    future.cancel()
+                    raise SluiceError("relay stopping") from None
+
+    def _on_fatal(self, error: SluiceError) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._set_error, error)
+
+    def _set_error(self, error: SluiceError) -> None:
+        self.capture_error = error
+
+    async def _ingest(self) -> None:
+        assert self._queue is not None
+        while True:
+            window = await self._queue.get()
+            buffer = self.buffer
+            if window.scn <= buffer.max_scn:
+                continue  # replayed after a restart: already held
+            try:
+                buffer.append(window.scn, window.ts_ms, window.events)
+            except WindowTooLarge as exc:
+                log.error("capture stopped: %s", exc)
+                self.capture_error = exc
+                if self._capture is not None:
+                    await asyncio.to_thread(self._capture.stop)
+                return
+            self._dirty.set()
+            changed, self.changed = self.changed, asyncio.Event()
+            changed.set()
+
+    async def _persist(self) -> None:
+        assert self._store is not None
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            await asyncio.to_thread(self._store.persist, self.buffer.max_scn)
+
+    # -- observability -----------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        buffer = self.buffer
+        cap = self._capture.stats if self._capture else None
+        lag = (cap.last_receive_ms - cap.last_commit_ms) if cap and cap.windows else 0
+        return {
+            "min_scn": buffer.start_scn,
+            "max_scn": buffer.max_scn,
+            "windows": buffer.window_count,
+            "events": buffer.event_count,
+            "bytes": buffer.bytes_held,
+            "buffer_capacity": buffer.capacity,
+            "clients": self.clients,
+            "bytes_served": self.bytes_served,
+            "sources": list(self.tables),
+            "uptime_s": round(time.time() - self._started_at, 1),
+            "capture": {
+                "connected": bool(cap and cap.connected),
+                "last_scn": cap.last_scn if cap else 0,
+                "source_end_scn": cap.source_end_scn if cap else 0,
+                "lag_ms": lag,
+                "windows": cap.windows if cap else 0,
+                "events": cap.events if cap else 0,
+                "reconnects": cap.reconnects if cap else 0,
+                "error": str(self.capture_error) if self.capture_error else None,
+            },
+        }
+
+    def metrics(self) -> list[tuple[str, str, int | float]]:
+        s = self.stats()
+        cap = s["capture"]
+        return [
+            ("min_scn", "gauge", s["min_scn"]), ("max_scn", "gauge", s["max_scn"]),
+            ("buffer_windows", "gauge", s["windows"]), ("buffer_events", "gauge", s["events"]),
+            ("buffer_bytes", "gauge", s["bytes"]), ("buffer_capacity_bytes", "gauge",
+                                                    s["buffer_capacity"]),
+            ("clients", "gauge", s["clients"]), ("served_bytes_total", "counter",
+                                                 s["bytes_served"]),
+            ("captured_windows_total", "counter", cap["windows"]),
+            ("captured_events_total", "counter", cap["events"]),
+            ("capture_lag_ms", "gauge", cap["lag_ms"]),
+            ("capture_reconnects_total", "counter", cap["reconnects"]),
+            ("capture_up", "gauge", int(cap["connected"] and not cap["error"])),
+        ]

@@ -1,0 +1,82 @@
+"""Parsing ``/stream`` query strings into a validated request (pure, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sluice.core.wire import Filter
+
+
+class HttpProblem(Exception):
+    """An HTTP error answer: status and a JSON body."""
+
+    def __init__(self, status: int, message: str, **extra: object) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body: dict[str, object] = {"error": message, **extra}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRequest:
+    since_scn: int
+    sources: tuple[str, ...]
+    filter: Filter
+    json: bool
+    max_bytes: int
+    timeout_ms: int
+
+
+def _int(query: Mapping[str, str], name: str, default: int | None, lo: int, hi: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        if default is None:
+            raise HttpProblem(400, f"missing query parameter {name}")
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HttpProblem(400, f"{name} must be an integer, got {raw[:40]!r}") from None
+    if not lo <= value <= hi:
+        raise HttpProblem(400, f"{name} must be in {lo}..{hi}, got {value}")
+    return value
+
+
+def parse_partition(raw: str | None) -> tuple[int, int] | None:
+    if raw is None:
+        return None
+    index, slash, count = raw.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise HttpProblem(400, f"partition must be i/n, got {raw[:40]!r}") from None
+    if not slash or n < 1 or not 0 <= i < n:
+        raise HttpProblem(400, f"partition must be i/n with 0 <= i < n, got {raw[:40]!r}")
+    return (i, n) if n > 1 else None
+
+
+def parse_stream(
+    query: Mapping[str, str], known: frozenset[str], max_bytes: int, long_poll_ms: int
+) -> StreamRequest:
+    since = _int(query, "since_scn", None, 0, 2**64 - 1)
+    raw_sources = query.get("sources", "")
+    sources = tuple(s for s in (p.strip() for p in raw_sources.split(",")) if s)
+    unknown = [s for s in sources if s not in known]
+    if unknown:
+        raise HttpProblem(404, f"unknown source {unknown[0]!r}; this relay captures: "
+                          + ", ".join(sorted(known)), sources=sorted(known))
+    fmt = query.get("format", "binary")
+    if fmt not in ("binary", "json"):
+        raise HttpProblem(400, f"format must be binary or json, got {fmt[:20]!r}")
+    flt = Filter(
+        frozenset(s.encode() for s in sources) if sources and set(sources) != known else None,
+        parse_partition(query.get("partition")),
+    )
+    return StreamRequest(
+        since_scn=since,
+        sources=sources,
+        filter=flt,
+        json=fmt == "json",
+        max_bytes=_int(query, "max_bytes", max_bytes, 1, 256 * 1024 * 1024),
+        timeout_ms=_int(query, "timeout_ms", long_poll_ms, 0, 300_000),
+    )

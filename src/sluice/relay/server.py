@@ -1,0 +1,182 @@
+"""The relay's HTTP API (aiohttp): /stream, /stats, /sources, /schemas, /metrics, /healthz."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from sluice.core import wire
+from sluice.errors import BootstrapRequired, SchemaError
+from sluice.schemas.events import decode_window
+from sluice.relay.requests import HttpProblem, StreamRequest, parse_stream
+
+if TYPE_CHECKING:
+    from sluice.relay.relay import Relay
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+BINARY_TYPE = "application/x-sluice-stream"
+RELAY_KEY = web.AppKey("relay", object)
+
+
+def _json(status: int, body: Any) -> web.Response:
+    return web.Response(status=status, text=json.dumps(body) + "\n",
+                        content_type="application/json")
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except HttpProblem as exc:
+        return _json(exc.status, exc.body)
+    except web.HTTPException as exc:
+        return _json(exc.status, {"error": exc.reason})
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - nothing a client sends may crash the relay
+        log.exception("request %s failed", request.path_qs[:200])
+        return _json(500, {"error": f"internal error: {type(exc).__name__}"})
+
+
+def make_app(relay: Relay) -> web.Application:
+    app = web.Application(middlewares=[_errors])
+    app[RELAY_KEY] = relay
+    api = _Api(relay)
+    app.router.add_get("/stream", api.stream)
+    app.router.add_get("/stats", api.stats)
+    app.router.add_get("/sources", api.sources)
+    app.router.add_get("/schemas/{source}", api.schemas)
+    app.router.add_get("/metrics", api.metrics)
+    app.router.add_get("/healthz", api.healthz)
+    return app
+
+
+class _Api:
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return _json(200, self.relay.stats())
+
+    async def sources(self, request: web.Request) -> web.Response:
+        registry = self.relay.registry
+        out = []
+        for source in self.relay.tables:
+            versions = registry.versions(source) if source in registry.sources() else []
+            out.append({"source": source,
+                        "schema_version": versions[-1].version if versions else None})
+        return _json(200, {"sources": out})
+
+    async def schemas(self, request: web.Request) -> web.Response:
+        source = request.match_info["source"]
+        if source not in self.relay.tables:
+            raise HttpProblem(404, f"unknown source {source!r}; this relay captures: "
+                              + ", ".join(self.relay.tables))
+        try:
+            versions = self.relay.registry.versions(source)
+        except SchemaError:
+            versions = []
+        return _json(200, {"source": source, "versions": [s.to_avro() for s in versions]})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        error = self.relay.capture_error
+        if error is not None:
+            return _json(503, {"status": "capture stopped", "error": str(error)})
+        return _json(200, {"status": "ok"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        lines = []
+        for name, kind, value in self.relay.metrics():
+            lines.append(f"# TYPE sluice_relay_{name} {kind}")
+            lines.append(f"sluice_relay_{name} {value}")
+        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        relay = self.relay
+        req = parse_stream(request.query, frozenset(relay.tables),
+                           relay.config.max_response_bytes, relay.config.long_poll_ms)
+        buffer = relay.buffer
+        if req.since_scn < buffer.start_scn:
+            raise HttpProblem(
+                410, f"since_scn {req.since_scn} is older than this relay holds; the oldest "
+                f"servable SCN is {buffer.start_scn}: bootstrap the consumer",
+                oldest_scn=buffer.start_scn, max_scn=buffer.max_scn)
+        if req.since_scn > max(buffer.max_scn, relay.source_end_scn):
+            raise HttpProblem(
+                409, f"since_scn {req.since_scn} is ahead of everything this relay and its "
+                f"source have seen (max SCN {buffer.max_scn}): is the checkpoint from another "
+                "source, or was the source rebuilt?", max_scn=buffer.max_scn)
+        response = web.StreamResponse(headers={
+            "Content-Type": "application/x-ndjson" if req.json else BINARY_TYPE,
+            "X-Sluice-Max-Scn": str(buffer.max_scn),
+            "Cache-Control": "no-store",
+        })
+        await response.prepare(request)
+        relay.clients += 1
+        try:
+            await _Streamer(relay, req, response).run()
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass
+        finally:
+            relay.clients -= 1
+        return response
+
+
+class _Streamer:
+    """Writes windows after ``since_scn`` until ``max_bytes`` or the long-poll timeout."""
+
+    def __init__(self, relay: Relay, req: StreamRequest, response: web.StreamResponse) -> None:
+        self.relay = relay
+        self.req = req
+        self.response = response
+        self.sent = 0
+
+    async def run(self) -> None:
+        relay, req = self.relay, self.req
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + req.timeout_ms / 1000
+        scn, cursor, beat = req.since_scn, None, -1
+        while self.sent < req.max_bytes:
+            changed = relay.changed
+            try:
+                windows, cursor = relay.buffer.read(scn, req.max_bytes - self.sent, cursor)
+            except BootstrapRequired:
+                return  # overtaken while streaming: the next request gets the 410
+            if windows:
+                assert cursor is not None
+                scn = cursor.scn
+                await self._send(windows)
+                continue
+            if not req.json and beat != scn:
+                await self.response.write(wire.encode_heartbeat(scn))
+                beat = scn
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                return
+
+    async def _send(self, windows: list[bytes]) -> None:
+        kept = [w for w in (wire.filter_window(w, self.req.filter) for w in windows) if w]
+        if not kept:
+            return
+        data = self._json(kept) if self.req.json else b"".join(kept)
+        self.sent += len(data)
+        self.relay.bytes_served += len(data)
+        await self.response.write(data)
+
+    def _json(self, windows: list[bytes]) -> bytes:
+        lines = []
+        for window in windows:
+            for event in decode_window(window, self.relay.registry.codec).events:
+                lines.append(json.dumps(event.to_json_dict(), ensure_ascii=False))
+        return ("\n".join(lines) + "\n").encode()

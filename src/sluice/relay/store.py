@@ -1,0 +1,60 @@
+"""The event buffer's file: a memory-mapped circular buffer plus the persisted max SCN."""
+
+from __future__ import annotations
+
+import json
+import logging
+import mmap
+import os
+from pathlib import Path
+
+from sluice.core.buffer import EventBuffer
+from sluice.errors import ConfigError
+from sluice.schemas.registry import write_atomically
+
+log = logging.getLogger(__name__)
+
+BUFFER_FILE = "events.buf"
+STATE_FILE = "relay-state.json"
+
+
+class BufferStore:
+    """Owns the mmap; ``buffer`` is the pure layout on top of it."""
+
+    def __init__(self, data_dir: Path, size: int) -> None:
+        self.data_dir = data_dir
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the data dir {data_dir}: {exc}") from None
+        path = data_dir / BUFFER_FILE
+        existed = path.exists() and path.stat().st_size == size
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.ftruncate(self._fd, size)
+        self._mmap = mmap.mmap(self._fd, size)
+        self.buffer = EventBuffer(self._mmap)
+        self.restored = existed and self.buffer.restore()
+        if existed and not self.restored:
+            log.warning("event buffer file %s is not valid; starting a new one", path)
+
+    def persisted_scn(self) -> int | None:
+        path = self.data_dir / STATE_FILE
+        if not path.exists():
+            return None
+        try:
+            scn = json.loads(path.read_text("utf-8"))["max_scn"]
+        except (ValueError, KeyError, TypeError):
+            log.warning("relay state %s is corrupt; relying on the buffer", path)
+            return None
+        return int(scn) if isinstance(scn, int) else None
+
+    def persist(self, max_scn: int) -> None:
+        """Flush the buffer's pages, then record ``max_scn`` (temp, fsync, rename)."""
+        self._mmap.flush()
+        write_atomically(self.data_dir / STATE_FILE, json.dumps({"max_scn": max_scn}))
+
+    def close(self) -> None:
+        if not self._mmap.closed:
+            self._mmap.flush()
+            self._mmap.close()
+            os.close(self._fd)
