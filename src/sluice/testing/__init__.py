@@ -1,5 +1,11 @@
-"""Helpers for tests and demos that users need too: a private MariaDB, a recording consumer."""
+"""Helpers for tests and demos that users need too: a private MariaDB, relays, consumers."""
 
-from sluice.testing.mariadb import MariaDBNotAvailable, PrivateMariaDB
+from sluice.testing.consumers import RecordingConsumer, ReplicaConsumer, key_text
+from sluice.testing.mariadb import MariaDBNotAvailable, PrivateMariaDB, free_port
+from sluice.testing.relays import RelayProcess, RelayThread
+from sluice.testing.truth import table_rows
 
-__all__ = ["MariaDBNotAvailable", "PrivateMariaDB"]
+__all__ = [
+    "MariaDBNotAvailable", "PrivateMariaDB", "RecordingConsumer", "RelayProcess", "RelayThread",
+    "ReplicaConsumer", "free_port", "key_text", "table_rows",
+]

@@ -76,6 +76,7 @@ class PrivateMariaDB:
             "--server-id=1", "--binlog-format=ROW", "--binlog-row-image=FULL",
             "--binlog-row-metadata=FULL", "--innodb-buffer-pool-size=64M",
             "--innodb-log-file-size=32M", "--skip-name-resolve", "--max-connections=200",
+            "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
             *self.extra_args,
         ]
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import codecs
 import datetime as dt
-import socket
 import struct
 from collections.abc import Callable
 from decimal import Decimal
@@ -233,7 +232,33 @@ def _uuid_text(raw: bytes) -> Any:
 
 
 def _inet6_text(raw: bytes) -> Any:
-    return socket.inet_ntop(socket.AF_INET6, raw.ljust(16, b"\0"))
+    """MariaDB's own INET6 text form: the first longest zero run (even of one group) is
+    compressed, and IPv4-compatible/mapped addresses end in dotted quads."""
+    data = raw.ljust(16, b"\0")
+    words = struct.unpack(">8H", data)
+    gap_pos, gap_len, run_pos, run_len = -1, 0, -1, 0
+    for i, word in enumerate((*words, 1)):  # the sentinel closes a trailing run
+        if word == 0:
+            run_pos, run_len = (run_pos, run_len + 1) if run_pos >= 0 else (i, 1)
+        elif run_pos >= 0:
+            if run_len > gap_len:
+                gap_pos, gap_len = run_pos, run_len
+            run_pos, run_len = -1, 0
+    if gap_pos == 0 and (gap_len == 6 or (gap_len == 5 and words[5] == 0xFFFF)):
+        prefix = "::" if gap_len == 6 else "::ffff:"
+        return prefix + ".".join(str(b) for b in data[12:])
+    parts: list[str] = []
+    i = 0
+    while i < 8:
+        if i == gap_pos:
+            parts.append(":" if i == 0 else "")
+            i += gap_len
+            if i == 8:
+                parts.append("")
+            continue
+        parts.append(f"{words[i]:x}")
+        i += 1
+    return ":".join(parts)
 
 
 def _enum(size: int, members: tuple[str, ...]) -> ValueDecoder:

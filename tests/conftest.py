@@ -1,0 +1,45 @@
+"""Session fixtures: one private MariaDB (binlog on) for the whole run.
+
+If MariaDB cannot start, the suite fails (never skips): a skipped suite hides a broken install.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pymysql
+import pytest
+
+from sluice.testing import PrivateMariaDB
+
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[PrivateMariaDB]:
+    server = PrivateMariaDB()
+    server.start()  # raises MariaDBNotAvailable with the install command
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database(mariadb: PrivateMariaDB) -> Iterator[str]:
+    """A fresh database name for one test."""
+    name = f"t{next(_names)}"
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    conn.close()
+    yield name
+
+
+@pytest.fixture
+def conn(mariadb: PrivateMariaDB, database: str) -> Iterator[pymysql.Connection[Any]]:
+    connection = mariadb.connect(database)
+    with connection.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+    yield connection
+    connection.close()

@@ -1,0 +1,78 @@
+"""Helpers for integration tests: relays, waiting on conditions, comparing replicas."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from sluice.capture.metadata import end_scn
+from sluice.client import Client, ClientConfig, MemoryCheckpointStore
+from sluice.client.checkpoints import CheckpointStore
+from sluice.client.consumer import Consumer
+from sluice.relay import RelayConfig
+from sluice.testing import PrivateMariaDB, ReplicaConsumer, table_rows
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def relay_config(db: PrivateMariaDB, tables: list[str], data_dir: Path, **extra: Any) -> RelayConfig:
+    return RelayConfig(source=db.url, tables=tables, data_dir=data_dir, port=0, **extra)
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def http_status(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        body = exc.read()
+        try:
+            return exc.code, json.loads(body)
+        except ValueError:
+            return exc.code, body
+
+
+def wait_relay_caught_up(relay_url: str, conn: pymysql.Connection[Any], timeout: float = 60) -> int:
+    """Wait until the relay has read the binlog up to the server's current end."""
+    target = end_scn(conn)
+    wait_for(lambda: get_json(relay_url + "/stats")["capture"]["last_scn"] >= target, timeout,
+             f"relay capture to reach SCN {target}")
+    return target
+
+
+def consume(relay_url: str, consumer: Consumer, store: CheckpointStore | None = None,
+            **config: Any) -> int:
+    config.setdefault("since_scn", None)
+    client = Client(ClientConfig(relays=(relay_url,), **config), consumer,
+                    store or MemoryCheckpointStore())
+    return client.run(until_caught_up=True)
+
+
+def assert_replica_equals(replica: ReplicaConsumer, conn: pymysql.Connection[Any],
+                          sources: list[str]) -> None:
+    for source in sources:
+        truth = table_rows(conn, source)
+        mine = replica.snapshot(source)
+        missing = sorted(set(truth) - set(mine))[:5]
+        extra = sorted(set(mine) - set(truth))[:5]
+        assert not missing and not extra, f"{source}: missing {missing}, extra {extra}"
+        for key, row in truth.items():
+            assert mine[key] == row, f"{source} {key}: replica {mine[key]} != source {row}"
