@@ -35,7 +35,7 @@ class Relay:
         self.port = config.port
         self.changed = asyncio.Event()
         self._started = False
-        self._stopping = False
+        self.stopping = False
         self._store: BufferStore | None = None
         self._capture: MySQLCapture | None = None
         self._runner: web.AppRunner | None = None
@@ -99,8 +99,10 @@ class Relay:
         return end_scn
 
     async def _serve(self) -> None:
+        # handler_cancellation: a long-poll whose client went away stops at once.
         runner = self._runner = web.AppRunner(make_app(self), access_log=None,
-                                              handle_signals=False)
+                                              handle_signals=False, handler_cancellation=True,
+                                              shutdown_timeout=5)
         await runner.setup()
         site = web.TCPSite(runner, self.config.host, self.config.port)
         try:
@@ -116,11 +118,12 @@ class Relay:
         log.info("relay listening on http://%s:%d", self.config.host, self.port)
 
     async def stop(self) -> None:
-        if self._stopping:
+        if self.stopping:
             return
-        self._stopping = True
+        self.stopping = True
         if self._capture is not None:
             await asyncio.to_thread(self._capture.stop)
+        self._wake_streams()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -153,7 +156,7 @@ class Relay:
                 future.result(timeout=0.5)
                 return
             except TimeoutError:
-                if self._stopping:
+                if self.stopping:
                     future.cancel()
                     raise SluiceError("relay stopping") from None
 
@@ -180,8 +183,11 @@ class Relay:
                     await asyncio.to_thread(self._capture.stop)
                 return
             self._dirty.set()
-            changed, self.changed = self.changed, asyncio.Event()
-            changed.set()
+            self._wake_streams()
+
+    def _wake_streams(self) -> None:
+        changed, self.changed = self.changed, asyncio.Event()
+        changed.set()
 
     async def _persist(self) -> None:
         assert self._store is not None

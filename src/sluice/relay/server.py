@@ -143,7 +143,7 @@ class _Streamer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + req.timeout_ms / 1000
         scn, cursor, beat = req.since_scn, None, -1
-        while self.sent < req.max_bytes:
+        while self.sent < req.max_bytes and not relay.stopping:
             changed = relay.changed
             try:
                 windows, cursor = relay.buffer.read(scn, req.max_bytes - self.sent, cursor)

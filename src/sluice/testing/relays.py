@@ -71,10 +71,10 @@ class RelayProcess:
 
     def start(self, timeout: float = 60) -> RelayProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        log = self.log_path.open("a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sluice.cli.main", "-v", "relay", *self.args],
-            stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+        with self.log_path.open("a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sluice.cli.main", "-v", "relay", *self.args],
+                stdout=subprocess.PIPE, stderr=log, text=True, env=env)
         assert self.proc.stdout is not None
         result: list[str] = []
         reader = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()),  # type: ignore[union-attr]
@@ -93,6 +93,7 @@ class RelayProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+        self._close()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -101,3 +102,8 @@ class RelayProcess:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
