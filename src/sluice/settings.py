@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import ValidationError
 from pydantic_settings import (
@@ -23,7 +23,7 @@ class SluiceSettings(BaseSettings):
     """Base of each role's configuration model."""
 
     model_config = SettingsConfigDict(env_prefix="SLUICE_", extra="forbid", frozen=True)
-    _toml_file: Path | None = None
+    toml_file: ClassVar[Path | None] = None
 
     @classmethod
     def settings_customise_sources(
@@ -35,7 +35,7 @@ class SluiceSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        toml_file = getattr(settings_cls, "_sluice_toml", None)
+        toml_file = getattr(settings_cls, "toml_file", None)
         if toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
@@ -52,7 +52,7 @@ class SluiceSettings(BaseSettings):
                 tomllib.loads(config_file.read_text("utf-8"))
             except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
                 raise ConfigError(f"config file {config_file} is not valid TOML: {exc}") from None
-            target = type(cls.__name__, (cls,), {"_sluice_toml": config_file})
+            target = type(cls.__name__, (cls,), {"toml_file": config_file})
         try:
             return target(**given)
         except ValidationError as exc:

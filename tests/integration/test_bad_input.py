@@ -1,0 +1,208 @@
+"""Bad input gets a clear error (one sentence, no traceback) and loses nothing."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from sluice.testing import PrivateMariaDB, RelayThread, free_port
+from tests.integration.support import http_status, relay_config, wait_relay_caught_up
+
+
+def sluice(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([sys.executable, "-m", "sluice.cli.main", *args],
+                            capture_output=True, text=True, timeout=timeout, check=False)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def relay_cmd(db_url: str, table: str, data_dir: Path, *extra: str) -> list[str]:
+    return ["relay", "--source", db_url, "--table", table, "--port", "0",
+            "--data-dir", str(data_dir), *extra]
+
+
+@pytest.fixture
+def table(conn: pymysql.Connection[Any], database: str) -> str:
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
+    return f"{database}.t"
+
+
+@pytest.fixture
+def relay(mariadb: PrivateMariaDB, table: str, tmp_path: Path) -> Iterator[RelayThread]:
+    with RelayThread(relay_config(mariadb, [table], tmp_path / "relay")) as running:
+        yield running
+
+
+@pytest.mark.parametrize(("variable", "bad", "fix"), [
+    ("binlog_row_metadata", "MINIMAL", "SET GLOBAL binlog_row_metadata='FULL'"),
+    ("binlog_row_image", "MINIMAL", "SET GLOBAL binlog_row_image='FULL'"),
+    ("binlog_format", "STATEMENT", "SET GLOBAL binlog_format='ROW'"),
+])
+def test_misconfigured_server_is_refused(
+    mariadb: PrivateMariaDB, table: str, tmp_path: Path, variable: str, bad: str, fix: str
+) -> None:
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute(f"SELECT @@global.{variable}")
+        before = cur.fetchone()[0]  # type: ignore[index]
+        cur.execute(f"SET GLOBAL {variable} = %s", (bad,))
+    try:
+        result = sluice(*relay_cmd(mariadb.url, table, tmp_path / "r"))
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"SET GLOBAL {variable} = %s", (before,))
+        admin.close()
+    assert result.returncode == 1
+    assert variable in result.stderr and fix in result.stderr
+
+
+def test_missing_privileges_are_named(mariadb: PrivateMariaDB, table: str, tmp_path: Path) -> None:
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'weak'@'127.0.0.1' IDENTIFIED BY 's3cret-pw'")
+        cur.execute(f"GRANT SELECT ON {table} TO 'weak'@'127.0.0.1'")
+    admin.close()
+    url = f"mysql://weak:s3cret-pw@127.0.0.1:{mariadb.port}"
+    result = sluice(*relay_cmd(url, table, tmp_path / "r"))
+    assert result.returncode == 1
+    assert "GRANT" in result.stderr and "REPLICATION SLAVE" in result.stderr
+    assert "s3cret-pw" not in result.stderr
+
+
+def test_wrong_password_is_clear_and_not_echoed(
+    mariadb: PrivateMariaDB, table: str, tmp_path: Path
+) -> None:
+    url = f"mysql://root:hunter22@127.0.0.1:{mariadb.port}"
+    result = sluice(*relay_cmd(url, table, tmp_path / "r"))
+    assert result.returncode == 1 and "refused the login" in result.stderr
+    assert "hunter22" not in result.stderr
+
+
+def test_unreachable_server(tmp_path: Path) -> None:
+    result = sluice(*relay_cmd(f"mysql://root@127.0.0.1:{free_port()}", "a.b", tmp_path / "r"))
+    assert result.returncode == 1 and "cannot connect" in result.stderr
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("postgres://u@h:5432", "unknown source scheme"),
+    ("mysql://127.0.0.1:3306", "needs a user"),
+    ("mysql://u@h:notaport", "bad source URL"),
+])
+def test_bad_source_url(tmp_path: Path, url: str, message: str) -> None:
+    result = sluice(*relay_cmd(url, "a.b", tmp_path / "r"))
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_unknown_table(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> None:
+    result = sluice(*relay_cmd(mariadb.url, f"{database}.nope", tmp_path / "r"))
+    assert result.returncode == 1 and "unknown table" in result.stderr
+
+
+def test_bad_config_values(mariadb: PrivateMariaDB, tmp_path: Path) -> None:
+    assert "must be DB.TABLE" in sluice(*relay_cmd(mariadb.url, "notable", tmp_path)).stderr
+    missing = sluice("relay", "--source", mariadb.url, "--table", "a.b")
+    assert missing.returncode == 2 and "data_dir" in missing.stderr
+    bad_toml = tmp_path / "relay.toml"
+    bad_toml.write_text("tables = [unclosed")
+    assert "not valid TOML" in sluice("relay", "--config", str(bad_toml)).stderr
+    assert "not an SCN" in sluice(*relay_cmd(mariadb.url, "a.b", tmp_path, "--since-scn",
+                                             "x")).stderr
+
+
+def test_config_file_and_env(mariadb: PrivateMariaDB, table: str, tmp_path: Path) -> None:
+    from sluice.relay import RelayConfig
+
+    path = tmp_path / "relay.toml"
+    path.write_text(f'source = "{mariadb.url}"\ntables = ["{table}"]\n'
+                    f'data_dir = "{tmp_path}"\nport = 9999\n')
+    config = RelayConfig.load(path, port=0)
+    assert (config.port, config.tables, config.data_dir) == (0, [table], tmp_path)
+    assert "mysql://" not in repr(config) and "**" in repr(config.source)
+
+
+@pytest.mark.parametrize(("query", "status", "message"), [
+    ("", 400, "missing query parameter since_scn"),
+    ("since_scn=abc", 400, "since_scn must be an integer"),
+    ("since_scn=-1", 400, "since_scn must be in"),
+    ("since_scn=0&partition=5/2", 400, "partition must be i/n"),
+    ("since_scn=0&partition=x", 400, "partition must be i/n"),
+    ("since_scn=0&format=xml", 400, "format must be binary or json"),
+    ("since_scn=0&sources=nope.nope", 404, "unknown source"),
+    ("since_scn=0&max_bytes=0", 400, "max_bytes must be in"),
+    ("since_scn=18446744073709551615", 409, "ahead of everything"),
+])
+def test_malformed_stream_requests(
+    relay: RelayThread, query: str, status: int, message: str
+) -> None:
+    got, body = http_status(f"{relay.url}/stream?{query}")
+    assert got == status and message in body["error"]
+
+
+def test_other_bad_requests_and_garbage(relay: RelayThread, table: str) -> None:
+    assert http_status(f"{relay.url}/nope")[0] == 404
+    assert http_status(f"{relay.url}/schemas/x.y")[0] == 404
+    assert http_status(f"{relay.url}/stream?since_scn=0", )[0] in (200, 410)
+    port = int(relay.url.rsplit(":", 1)[1])
+    for garbage in (b"\x00\xff garbage\r\n\r\n", b"GET /stream?since_scn=" + b"9" * 10000 +
+                    b" HTTP/1.1\r\n\r\n", b"POST /stream HTTP/1.1\r\nContent-Length: 5\r\n\r\n"):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(garbage)
+            assert sock.recv(100).startswith(b"HTTP/1.")
+    status, body = http_status(f"{relay.url}/healthz")
+    assert status == 200 and body == b'{"status": "ok"}\n'
+
+
+def test_checkpoint_from_the_future(
+    relay: RelayThread, table: str, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "tail.checkpoint.json").write_text(
+        json.dumps({"version": 1, "phase": "online", "scn": 2**63}))
+    result = sluice("tail", "--relay", relay.url, "--checkpoint-dir", str(ckpt),
+                    "--until-caught-up")
+    assert result.returncode == 1 and "ahead of everything" in result.stderr
+    assert json.loads((ckpt / "tail.checkpoint.json").read_text())["scn"] == 2**63
+
+
+def test_corrupt_checkpoint_file_is_reported_and_kept(relay: RelayThread, tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "tail.checkpoint.json").write_text('{"version": 1, "phase": "onl')
+    result = sluice("tail", "--relay", relay.url, "--checkpoint-dir", str(ckpt))
+    assert result.returncode == 1 and "not valid JSON" in result.stderr
+    assert (ckpt / "tail.checkpoint.json").read_text() == '{"version": 1, "phase": "onl'
+
+
+def test_tail_bad_relay_urls(tmp_path: Path) -> None:
+    assert "bad relay URL" in sluice("tail", "--relay", "ftp://x").stderr
+    result = sluice("tail", "--relay", f"http://127.0.0.1:{free_port()}", "--give-up-after", "1")
+    assert result.returncode == 1 and "Cannot connect" in result.stderr
+
+
+def test_tail_until_caught_up_resumes(
+    relay: RelayThread, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    with conn.cursor() as cur:
+        for i in range(3):
+            cur.execute("INSERT INTO t VALUES (%s, %s)", (i, i))
+    wait_relay_caught_up(relay.url, conn)
+    ckpt = str(tmp_path / "ckpt")
+    first = sluice("tail", "--relay", relay.url, "--checkpoint-dir", ckpt, "--until-caught-up")
+    assert first.returncode == 0
+    assert [json.loads(x)["key"]["id"] for x in first.stdout.splitlines()] == [0, 1, 2]
+    with conn.cursor() as cur:
+        cur.execute("UPDATE t SET v = 10 WHERE id = 1")
+    wait_relay_caught_up(relay.url, conn)
+    second = sluice("tail", "--relay", relay.url, "--checkpoint-dir", ckpt, "--until-caught-up")
+    events = [json.loads(x) for x in second.stdout.splitlines()]
+    assert [(e["op"], e["before"]["v"], e["after"]["v"]) for e in events] == [("u", 1, 10)]
