@@ -1,0 +1,98 @@
+"""Property tests of the circular event buffer, its SCN index and its restore."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.core import wire
+from sluice.core.buffer import FILE_HEADER_SIZE, EventBuffer
+from sluice.errors import BootstrapRequired, WindowTooLarge
+
+
+def _event(i: int, size: int) -> bytes:
+    return wire.encode_event(wire.RawEvent("db.t", "c", 1, i, bytes([i % 256]) * size))
+
+
+def _scns(windows: list[bytes]) -> list[int]:
+    return [wire.read_window_header(w).scn for w in windows]
+
+
+def _read_all(buf: EventBuffer, since: int) -> list[int]:
+    out: list[int] = []
+    cursor = None
+    while True:
+        windows, cursor = buf.read(since, 300, cursor)
+        if not windows:
+            return out
+        out += _scns(windows)
+        since = out[-1]
+
+
+sizes = st.lists(st.integers(min_value=0, max_value=1500), min_size=1, max_size=120)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sizes=sizes, capacity=st.integers(min_value=4096, max_value=20000),
+       restore_at=st.integers(min_value=0, max_value=119), block=st.sampled_from([64, 512, 4096]))
+def test_buffer_holds_a_contiguous_suffix_and_survives_restore(
+    sizes: list[int], capacity: int, restore_at: int, block: int
+) -> None:
+    mem = bytearray(FILE_HEADER_SIZE + capacity)
+    buf = EventBuffer(mem, index_block=block)
+    buf.format(100)
+    appended: list[int] = []
+    for n, size in enumerate(sizes):
+        scn = 100 + (n + 1) * 7
+        buf.append(scn, n, [_event(n, size), _event(n + 1, size // 2)])
+        appended.append(scn)
+        if n == restore_at:  # a restart: rebuild everything from the bytes alone
+            buf = EventBuffer(mem, index_block=block)
+            assert buf.restore()
+        held = [s for s in appended if s > buf.start_scn]
+        assert buf.max_scn == scn and buf.window_count == len(held)
+        assert buf.bytes_held <= buf.capacity
+        # reading from any held point gives exactly the later windows, in order
+        assert _read_all(buf, buf.start_scn) == held
+        mid = held[len(held) // 2]
+        assert _read_all(buf, mid) == [s for s in held if s > mid]
+        assert _read_all(buf, mid + 1) == [s for s in held if s > mid]
+    if buf.start_scn > 100:
+        with pytest.raises(BootstrapRequired) as info:
+            buf.read(buf.start_scn - 1, 100)
+        assert info.value.oldest_scn == buf.start_scn
+
+
+def test_window_larger_than_buffer_is_refused() -> None:
+    buf = EventBuffer(bytearray(FILE_HEADER_SIZE + 4096))
+    buf.format(0)
+    with pytest.raises(WindowTooLarge, match="--buffer-size"):
+        buf.append(1, 0, [_event(1, 5000)])
+    buf.append(2, 0, [_event(2, 10)])
+    assert _read_all(buf, 0) == [2]
+
+
+def test_restore_ignores_a_torn_window() -> None:
+    mem = bytearray(FILE_HEADER_SIZE + 8192)
+    buf = EventBuffer(mem)
+    buf.format(0)
+    for scn in (1, 2, 3):
+        buf.append(scn, 0, [_event(scn, 100)])
+    record = buf.read(2, 1)[0][0]
+    at = bytes(mem).find(record)
+    mem[at + 60] ^= 0xFF  # corrupt the newest window
+    again = EventBuffer(mem)
+    assert again.restore()
+    assert _read_all(again, 0) == [1, 2] and again.max_scn == 2
+
+
+def test_restore_rejects_foreign_file() -> None:
+    assert not EventBuffer(bytearray(FILE_HEADER_SIZE + 4096)).restore()
+
+
+def test_append_must_increase_scn() -> None:
+    buf = EventBuffer(bytearray(FILE_HEADER_SIZE + 4096))
+    buf.format(10)
+    with pytest.raises(ValueError, match="not after"):
+        buf.append(10, 0, [_event(1, 1)])

@@ -1,0 +1,89 @@
+"""Property tests of the wire codecs, filters, checkpoints and SCNs."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sluice.core import wire
+from sluice.core.checkpoint import Online, decode_checkpoint, encode_checkpoint
+from sluice.core.scn import make_scn, parse_scn, scn_file_no, scn_position
+from sluice.errors import CheckpointError, ConfigError, DecodeError
+
+events = st.lists(st.builds(
+    wire.RawEvent,
+    source=st.sampled_from(["a.x", "b.y", "ü.z"]),
+    op=st.sampled_from(["c", "u", "d", "r"]),
+    schema_version=st.integers(0, 65535),
+    key_hash=st.integers(0, 2**32 - 1),
+    payload=st.binary(max_size=200),
+), max_size=20)
+
+
+@given(events=events, scn=st.integers(1, 2**64 - 1), ts=st.integers(0, 2**63))
+def test_window_roundtrip_and_stream_parsing(events: list[wire.RawEvent], scn: int, ts: int) -> None:
+    record = wire.encode_window(scn, scn - 1, ts, [wire.encode_event(e) for e in events])
+    assert len(record) % 8 == 0 and wire.window_is_valid(record, 0, len(record))
+    assert wire.decode_events(record) == events
+    header = wire.read_window_header(record)
+    assert (header.scn, header.prev_scn, header.ts_ms, header.n_events) == (scn, scn - 1, ts,
+                                                                           len(events))
+    stream = record + wire.encode_heartbeat(scn) + record
+    parser = wire.FrameParser()
+    frames = [f for i in range(0, len(stream), 7) for f in parser.feed(stream[i : i + 7])]
+    assert frames == [record, wire.Heartbeat(scn), record] and parser.pending == 0
+
+
+@given(events=events, index=st.integers(0, 3), count=st.integers(1, 4),
+       sources=st.sets(st.sampled_from(["a.x", "b.y", "ü.z"])))
+def test_filters_keep_exactly_the_matching_events(
+    events: list[wire.RawEvent], index: int, count: int, sources: set[str]
+) -> None:
+    index %= count
+    record = wire.encode_window(9, 8, 0, [wire.encode_event(e) for e in events])
+    flt = wire.Filter(frozenset(s.encode() for s in sources), (index, count))
+    kept = [e for e in events if e.source in sources and e.key_hash % count == index]
+    result = wire.filter_window(record, flt)
+    if not kept:
+        assert result is None
+    else:
+        assert result is not None and wire.decode_events(result) == kept
+        assert wire.read_window_header(result).scn == 9
+
+
+def test_corrupt_stream_is_an_error() -> None:
+    record = bytearray(wire.encode_window(1, 0, 0, [wire.encode_event(
+        wire.RawEvent("a.b", "c", 1, 0, b"x" * 20))]))
+    record[-9] ^= 1
+    with pytest.raises(DecodeError, match="checksum"):
+        wire.FrameParser().feed(bytes(record))
+    with pytest.raises(DecodeError, match="unknown frame"):
+        wire.FrameParser().feed(b"JUNKJUNKJUNK")
+
+
+@given(scn=st.integers(0, 2**64 - 1))
+def test_checkpoint_codec_roundtrip(scn: int) -> None:
+    assert decode_checkpoint(encode_checkpoint(Online(scn))) == Online(scn)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[]", '{"version": 1}', '{"version": 2, "scn": 1}',
+                                  '{"version": 1, "phase": "online", "scn": -1}',
+                                  '{"version": 1, "phase": "online", "scn": "7"}'])
+def test_bad_checkpoints(text: str) -> None:
+    with pytest.raises(CheckpointError):
+        decode_checkpoint(text)
+
+
+@given(file_no=st.integers(0, 2**32 - 1), pos=st.integers(0, 2**32 - 1))
+def test_scn_arithmetic(file_no: int, pos: int) -> None:
+    scn = make_scn(file_no, pos)
+    assert (scn_file_no(scn), scn_position(scn)) == (file_no, pos)
+    assert parse_scn(str(scn)) == scn and parse_scn(f"{file_no}:{pos}") == scn
+
+
+def test_design_brief_example_scn() -> None:
+    assert make_scn(1, 318139) == 4295285435
+    for bad in ("x", "-1", str(2**64)):
+        with pytest.raises(ConfigError):
+            parse_scn(bad)
