@@ -11,11 +11,30 @@ import sluice.testing
 
 def test_public_names() -> None:
     assert sluice.__all__ == [
-        "BootstrapRequired", "CheckpointError", "ConfigError", "SluiceError", "__version__"]
+        "BootstrapRequired",
+        "CheckpointError",
+        "ConfigError",
+        "SluiceError",
+        "__version__",
+    ]
     assert sluice.client.__all__ == [
-        "AsyncClient", "BaseConsumer", "CheckpointStore", "Client", "ClientConfig", "Consumer",
-        "ConsumerFailed", "FileCheckpointStore", "MemoryCheckpointStore", "RetryPolicy"]
+        "AsyncClient",
+        "BaseConsumer",
+        "CheckpointStore",
+        "Client",
+        "ClientConfig",
+        "Consumer",
+        "ConsumerFailed",
+        "FileCheckpointStore",
+        "MemoryCheckpointStore",
+        "RetryPolicy",
+    ]
     assert sluice.relay.__all__ == ["Relay", "RelayConfig"]
-    assert sluice.schemas.__all__ == ["KINDS", "Column", "RowCodec", "SchemaRegistry",
-                                      "TableSchema"]
+    assert sluice.schemas.__all__ == [
+        "KINDS",
+        "Column",
+        "RowCodec",
+        "SchemaRegistry",
+        "TableSchema",
+    ]
     assert "PrivateMariaDB" in sluice.testing.__all__

@@ -29,7 +29,9 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60, what: str = "con
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def relay_config(db: PrivateMariaDB, tables: list[str], data_dir: Path, **extra: Any) -> RelayConfig:
+def relay_config(
+    db: PrivateMariaDB, tables: list[str], data_dir: Path, **extra: Any
+) -> RelayConfig:
     return RelayConfig(source=db.url, tables=tables, data_dir=data_dir, port=0, **extra)
 
 
@@ -53,21 +55,27 @@ def http_status(url: str) -> tuple[int, Any]:
 def wait_relay_caught_up(relay_url: str, conn: pymysql.Connection[Any], timeout: float = 60) -> int:
     """Wait until the relay has read the binlog up to the server's current end."""
     target = end_scn(conn)
-    wait_for(lambda: get_json(relay_url + "/stats")["capture"]["last_scn"] >= target, timeout,
-             f"relay capture to reach SCN {target}")
+    wait_for(
+        lambda: get_json(relay_url + "/stats")["capture"]["last_scn"] >= target,
+        timeout,
+        f"relay capture to reach SCN {target}",
+    )
     return target
 
 
-def consume(relay_url: str, consumer: Consumer, store: CheckpointStore | None = None,
-            **config: Any) -> int:
+def consume(
+    relay_url: str, consumer: Consumer, store: CheckpointStore | None = None, **config: Any
+) -> int:
     config.setdefault("since_scn", None)
-    client = Client(ClientConfig(relays=(relay_url,), **config), consumer,
-                    store or MemoryCheckpointStore())
+    client = Client(
+        ClientConfig(relays=(relay_url,), **config), consumer, store or MemoryCheckpointStore()
+    )
     return client.run(until_caught_up=True)
 
 
-def assert_replica_equals(replica: ReplicaConsumer, conn: pymysql.Connection[Any],
-                          sources: list[str]) -> None:
+def assert_replica_equals(
+    replica: ReplicaConsumer, conn: pymysql.Connection[Any], sources: list[str]
+) -> None:
     for source in sources:
         truth = table_rows(conn, source)
         mine = replica.snapshot(source)

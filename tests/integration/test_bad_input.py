@@ -18,15 +18,30 @@ from tests.integration.support import http_status, relay_config, wait_relay_caug
 
 
 def sluice(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "sluice.cli.main", *args],
-                            capture_output=True, text=True, timeout=timeout, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "sluice.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     assert "Traceback" not in result.stderr, result.stderr
     return result
 
 
 def relay_cmd(db_url: str, table: str, data_dir: Path, *extra: str) -> list[str]:
-    return ["relay", "--source", db_url, "--table", table, "--port", "0",
-            "--data-dir", str(data_dir), *extra]
+    return [
+        "relay",
+        "--source",
+        db_url,
+        "--table",
+        table,
+        "--port",
+        "0",
+        "--data-dir",
+        str(data_dir),
+        *extra,
+    ]
 
 
 @pytest.fixture
@@ -42,11 +57,14 @@ def relay(mariadb: PrivateMariaDB, table: str, tmp_path: Path) -> Iterator[Relay
         yield running
 
 
-@pytest.mark.parametrize(("variable", "bad", "fix"), [
-    ("binlog_row_metadata", "MINIMAL", "SET GLOBAL binlog_row_metadata='FULL'"),
-    ("binlog_row_image", "MINIMAL", "SET GLOBAL binlog_row_image='FULL'"),
-    ("binlog_format", "STATEMENT", "SET GLOBAL binlog_format='ROW'"),
-])
+@pytest.mark.parametrize(
+    ("variable", "bad", "fix"),
+    [
+        ("binlog_row_metadata", "MINIMAL", "SET GLOBAL binlog_row_metadata='FULL'"),
+        ("binlog_row_image", "MINIMAL", "SET GLOBAL binlog_row_image='FULL'"),
+        ("binlog_format", "STATEMENT", "SET GLOBAL binlog_format='ROW'"),
+    ],
+)
 def test_misconfigured_server_is_refused(
     mariadb: PrivateMariaDB, table: str, tmp_path: Path, variable: str, bad: str, fix: str
 ) -> None:
@@ -92,11 +110,14 @@ def test_unreachable_server(tmp_path: Path) -> None:
     assert result.returncode == 1 and "cannot connect" in result.stderr
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("postgres://u@h:5432", "unknown source scheme"),
-    ("mysql://127.0.0.1:3306", "needs a user"),
-    ("mysql://u@h:notaport", "bad source URL"),
-])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgres://u@h:5432", "unknown source scheme"),
+        ("mysql://127.0.0.1:3306", "needs a user"),
+        ("mysql://u@h:notaport", "bad source URL"),
+    ],
+)
 def test_bad_source_url(tmp_path: Path, url: str, message: str) -> None:
     result = sluice(*relay_cmd(url, "a.b", tmp_path / "r"))
     assert result.returncode == 2 and message in result.stderr
@@ -114,32 +135,37 @@ def test_bad_config_values(mariadb: PrivateMariaDB, tmp_path: Path) -> None:
     bad_toml = tmp_path / "relay.toml"
     bad_toml.write_text("tables = [unclosed")
     assert "not valid TOML" in sluice("relay", "--config", str(bad_toml)).stderr
-    assert "not an SCN" in sluice(*relay_cmd(mariadb.url, "a.b", tmp_path, "--since-scn",
-                                             "x")).stderr
+    assert (
+        "not an SCN" in sluice(*relay_cmd(mariadb.url, "a.b", tmp_path, "--since-scn", "x")).stderr
+    )
 
 
 def test_config_file_and_env(mariadb: PrivateMariaDB, table: str, tmp_path: Path) -> None:
     from sluice.relay import RelayConfig
 
     path = tmp_path / "relay.toml"
-    path.write_text(f'source = "{mariadb.url}"\ntables = ["{table}"]\n'
-                    f'data_dir = "{tmp_path}"\nport = 9999\n')
+    path.write_text(
+        f'source = "{mariadb.url}"\ntables = ["{table}"]\ndata_dir = "{tmp_path}"\nport = 9999\n'
+    )
     config = RelayConfig.load(path, port=0)
     assert (config.port, config.tables, config.data_dir) == (0, [table], tmp_path)
     assert "mysql://" not in repr(config) and "**" in repr(config.source)
 
 
-@pytest.mark.parametrize(("query", "status", "message"), [
-    ("", 400, "missing query parameter since_scn"),
-    ("since_scn=abc", 400, "since_scn must be an integer"),
-    ("since_scn=-1", 400, "since_scn must be in"),
-    ("since_scn=0&partition=5/2", 400, "partition must be i/n"),
-    ("since_scn=0&partition=x", 400, "partition must be i/n"),
-    ("since_scn=0&format=xml", 400, "format must be binary or json"),
-    ("since_scn=0&sources=nope.nope", 404, "unknown source"),
-    ("since_scn=0&max_bytes=0", 400, "max_bytes must be in"),
-    ("since_scn=18446744073709551615", 409, "ahead of everything"),
-])
+@pytest.mark.parametrize(
+    ("query", "status", "message"),
+    [
+        ("", 400, "missing query parameter since_scn"),
+        ("since_scn=abc", 400, "since_scn must be an integer"),
+        ("since_scn=-1", 400, "since_scn must be in"),
+        ("since_scn=0&partition=5/2", 400, "partition must be i/n"),
+        ("since_scn=0&partition=x", 400, "partition must be i/n"),
+        ("since_scn=0&format=xml", 400, "format must be binary or json"),
+        ("since_scn=0&sources=nope.nope", 404, "unknown source"),
+        ("since_scn=0&max_bytes=0", 400, "max_bytes must be in"),
+        ("since_scn=18446744073709551615", 409, "ahead of everything"),
+    ],
+)
 def test_malformed_stream_requests(
     relay: RelayThread, query: str, status: int, message: str
 ) -> None:
@@ -150,10 +176,15 @@ def test_malformed_stream_requests(
 def test_other_bad_requests_and_garbage(relay: RelayThread, table: str) -> None:
     assert http_status(f"{relay.url}/nope")[0] == 404
     assert http_status(f"{relay.url}/schemas/x.y")[0] == 404
-    assert http_status(f"{relay.url}/stream?since_scn=0", )[0] in (200, 410)
+    assert http_status(
+        f"{relay.url}/stream?since_scn=0",
+    )[0] in (200, 410)
     port = int(relay.url.rsplit(":", 1)[1])
-    for garbage in (b"\x00\xff garbage\r\n\r\n", b"GET /stream?since_scn=" + b"9" * 10000 +
-                    b" HTTP/1.1\r\n\r\n", b"POST /stream HTTP/1.1\r\nContent-Length: 5\r\n\r\n"):
+    for garbage in (
+        b"\x00\xff garbage\r\n\r\n",
+        b"GET /stream?since_scn=" + b"9" * 10000 + b" HTTP/1.1\r\n\r\n",
+        b"POST /stream HTTP/1.1\r\nContent-Length: 5\r\n\r\n",
+    ):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             sock.sendall(garbage)
             assert sock.recv(100).startswith(b"HTTP/1.")
@@ -161,15 +192,15 @@ def test_other_bad_requests_and_garbage(relay: RelayThread, table: str) -> None:
     assert status == 200 and body == b'{"status": "ok"}\n'
 
 
-def test_checkpoint_from_the_future(
-    relay: RelayThread, table: str, tmp_path: Path
-) -> None:
+def test_checkpoint_from_the_future(relay: RelayThread, table: str, tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     (ckpt / "tail.checkpoint.json").write_text(
-        json.dumps({"version": 1, "phase": "online", "scn": 2**63}))
-    result = sluice("tail", "--relay", relay.url, "--checkpoint-dir", str(ckpt),
-                    "--until-caught-up")
+        json.dumps({"version": 1, "phase": "online", "scn": 2**63})
+    )
+    result = sluice(
+        "tail", "--relay", relay.url, "--checkpoint-dir", str(ckpt), "--until-caught-up"
+    )
     assert result.returncode == 1 and "ahead of everything" in result.stderr
     assert json.loads((ckpt / "tail.checkpoint.json").read_text())["scn"] == 2**63
 

@@ -27,8 +27,9 @@ def _relay_args(db: PrivateMariaDB, sources: list[str], data_dir: Path, port: in
     return args
 
 
-def _workload_thread(mariadb: PrivateMariaDB, database: str, seed: int, count: int
-                     ) -> threading.Thread:
+def _workload_thread(
+    mariadb: PrivateMariaDB, database: str, seed: int, count: int
+) -> threading.Thread:
     def work() -> None:
         conn = mariadb.connect(database)
         Workload(conn, seed=seed).run(count)
@@ -43,8 +44,11 @@ def _wait_relay_has(relay_url: str, conn: pymysql.Connection[Any]) -> int:
     from sluice.capture.metadata import end_scn
 
     target = end_scn(conn)
-    wait_for(lambda: get_json(relay_url + "/stats")["capture"]["last_scn"] >= target, 60,
-             "relay to catch up")
+    wait_for(
+        lambda: get_json(relay_url + "/stats")["capture"]["last_scn"] >= target,
+        60,
+        "relay to catch up",
+    )
     return int(get_json(relay_url + "/stats")["max_scn"])
 
 
@@ -59,7 +63,9 @@ def test_relay_sigkill_mid_workload(
     replica = ReplicaConsumer()
     client = Client(
         ClientConfig(relays=(relay.url,), since_scn=None, retry=RetryPolicy(max_s=0.2)),
-        replica, FileCheckpointStore(tmp_path / "ckpt"))
+        replica,
+        FileCheckpointStore(tmp_path / "ckpt"),
+    )
     runner = threading.Thread(target=client.run, daemon=True)
     runner.start()
     work = _workload_thread(mariadb, database, seed=3, count=150)
@@ -102,10 +108,19 @@ def test_consumer_sigkill_resumes_from_checkpoint(
 ) -> None:
     Workload.create(conn)
     sources = [f"{database}.{t}" for t in TABLES]
-    relay = RelayProcess(_relay_args(mariadb, sources, tmp_path / "relay", 0),
-                         tmp_path / "relay.log").start()
-    tail = [sys.executable, "-m", "sluice.cli.main", "tail", "--relay", relay.url,
-            "--checkpoint-dir", str(tmp_path / "ckpt")]
+    relay = RelayProcess(
+        _relay_args(mariadb, sources, tmp_path / "relay", 0), tmp_path / "relay.log"
+    ).start()
+    tail = [
+        sys.executable,
+        "-m",
+        "sluice.cli.main",
+        "tail",
+        "--relay",
+        relay.url,
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+    ]
     outputs = [tmp_path / "out1.jsonl", tmp_path / "out2.jsonl"]
     try:
         work = _workload_thread(mariadb, database, seed=5, count=150)
@@ -117,8 +132,9 @@ def test_consumer_sigkill_resumes_from_checkpoint(
         work.join(timeout=120)
         _wait_relay_has(relay.url, conn)
         with outputs[1].open("w") as out:
-            second = subprocess.run([*tail, "--until-caught-up"], stdout=out, timeout=120,
-                                    check=False)
+            second = subprocess.run(
+                [*tail, "--until-caught-up"], stdout=out, timeout=120, check=False
+            )
         assert second.returncode == 0
     finally:
         relay.stop()
@@ -127,5 +143,6 @@ def test_consumer_sigkill_resumes_from_checkpoint(
         _apply(replica, path)
     assert_replica_equals(replica, conn, sources)
     checkpoint = json.loads((tmp_path / "ckpt" / "tail.checkpoint.json").read_text())
-    assert checkpoint["scn"] >= max(json.loads(line)["scn"] for line in
-                                    outputs[1].read_text().splitlines())
+    assert checkpoint["scn"] >= max(
+        json.loads(line)["scn"] for line in outputs[1].read_text().splitlines()
+    )

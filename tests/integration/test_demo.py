@@ -9,7 +9,11 @@ import sys
 def test_demo_runs_green() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sluice.cli.main", "demo", "--duration", "3", "--rate", "100"],
-        capture_output=True, text=True, timeout=240, check=False)
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "demo OK: the replica equals the source" in result.stdout
     assert result.stdout.count(": match") == 3

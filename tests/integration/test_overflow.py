@@ -12,7 +12,13 @@ import pytest
 
 from sluice.errors import BootstrapRequired
 from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread
-from tests.integration.support import consume, get_json, http_status, relay_config, wait_relay_caught_up
+from tests.integration.support import (
+    consume,
+    get_json,
+    http_status,
+    relay_config,
+    wait_relay_caught_up,
+)
 
 
 def test_overflow_gives_410_and_others_keep_streaming(
@@ -38,9 +44,22 @@ def test_overflow_gives_410_and_others_keep_streaming(
         assert "bootstrap" in str(info.value)
 
         tail = subprocess.run(
-            [sys.executable, "-m", "sluice.cli.main", "tail", "--relay", relay.url,
-             "--since-scn", str(start), "--until-caught-up"],
-            capture_output=True, text=True, timeout=60, check=False)
+            [
+                sys.executable,
+                "-m",
+                "sluice.cli.main",
+                "tail",
+                "--relay",
+                relay.url,
+                "--since-scn",
+                str(start),
+                "--until-caught-up",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert tail.returncode == 1 and "bootstrap" in tail.stderr
         assert "Traceback" not in tail.stderr
 

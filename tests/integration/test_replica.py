@@ -61,5 +61,10 @@ def test_windows_are_whole_transactions_in_scn_order(
     assert all(e.scn == w.scn for w in windows for e in w.events)
     assert all(e.after is None or e.after["name"] != "rolled back" for e in recorder.events)
     moved = windows[1].events
-    assert (moved[0].op, moved[0].key, moved[1].op, moved[1].key) == ("d", {"id": 4}, "c", {"id": 50})
+    assert (moved[0].op, moved[0].key, moved[1].op, moved[1].key) == (
+        "d",
+        {"id": 4},
+        "c",
+        {"id": 50},
+    )
     assert windows[2].events[0].op == "d" and windows[2].events[0].before["id"] == 0  # type: ignore[index]

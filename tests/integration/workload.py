@@ -28,14 +28,57 @@ CREATE TABLE alltypes (
 ) ENGINE=InnoDB
 """
 ALL_TYPES_COLUMNS = [
-    "ti", "tiu", "si", "siu", "mi", "miu", "i", "iu", "bi", "biu", "yr", "b1", "b10", "b64",
-    "d1", "d2", "d3", "d4", "f", "db", "c", "vc", "vcl", "tx", "mtx", "e", "st", "bn", "vb", "bl",
-    "dt", "dtm", "dtm6", "ts", "tm", "tm6", "tm2", "j", "u", "ip", "ucs", "nn",
+    "ti",
+    "tiu",
+    "si",
+    "siu",
+    "mi",
+    "miu",
+    "i",
+    "iu",
+    "bi",
+    "biu",
+    "yr",
+    "b1",
+    "b10",
+    "b64",
+    "d1",
+    "d2",
+    "d3",
+    "d4",
+    "f",
+    "db",
+    "c",
+    "vc",
+    "vcl",
+    "tx",
+    "mtx",
+    "e",
+    "st",
+    "bn",
+    "vb",
+    "bl",
+    "dt",
+    "dtm",
+    "dtm6",
+    "ts",
+    "tm",
+    "tm6",
+    "tm2",
+    "j",
+    "u",
+    "ip",
+    "ucs",
+    "nn",
 ]
-PERSON_DDL = ("CREATE TABLE person (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, "
-              "balance DECIMAL(12,2), updated DATETIME(3)) ENGINE=InnoDB")
-ORDERS_DDL = ("CREATE TABLE orders (region CHAR(2), num BIGINT UNSIGNED, item VARCHAR(40), "
-              "qty SMALLINT, PRIMARY KEY (region, num)) ENGINE=InnoDB")
+PERSON_DDL = (
+    "CREATE TABLE person (id INT PRIMARY KEY, name VARCHAR(64) NOT NULL, "
+    "balance DECIMAL(12,2), updated DATETIME(3)) ENGINE=InnoDB"
+)
+ORDERS_DDL = (
+    "CREATE TABLE orders (region CHAR(2), num BIGINT UNSIGNED, item VARCHAR(40), "
+    "qty SMALLINT, PRIMARY KEY (region, num)) ENGINE=InnoDB"
+)
 
 
 def _pick(rng: random.Random, *choices: Any) -> Any:
@@ -59,14 +102,15 @@ def _time(rng: random.Random, fsp: int) -> dt.timedelta:
     return dt.timedelta(microseconds=micros * rng.choice((1, -1)))
 
 
-def random_all_types(rng: random.Random) -> dict[str, Any]:  # noqa: PLR0915
+def random_all_types(rng: random.Random) -> dict[str, Any]:
     def maybe(value: Any) -> Any:
         return None if rng.random() < 0.1 else value
 
     row: dict[str, Any] = {
         "ti": _pick(rng, -128, 127, 0, rng.randint(-128, 127)),
         "tiu": _pick(rng, 0, 255, rng.randint(0, 255)),
-        "si": rng.randint(-32768, 32767), "siu": _pick(rng, 65535, rng.randint(0, 65535)),
+        "si": rng.randint(-32768, 32767),
+        "siu": _pick(rng, 65535, rng.randint(0, 65535)),
         "mi": _pick(rng, -8388608, 8388607, rng.randint(-8388608, 8388607)),
         "miu": _pick(rng, 16777215, rng.randint(0, 16777215)),
         "i": _pick(rng, -(2**31), 2**31 - 1, rng.randint(-(2**31), 2**31 - 1)),
@@ -74,9 +118,12 @@ def random_all_types(rng: random.Random) -> dict[str, Any]:  # noqa: PLR0915
         "bi": _pick(rng, -(2**63), 2**63 - 1, rng.randint(-(2**63), 2**63 - 1)),
         "biu": _pick(rng, 2**64 - 1, 2**63, rng.randint(0, 2**64 - 1)),
         "yr": _pick(rng, 1901, 2155, 0, rng.randint(1901, 2155)),
-        "b1": rng.randint(0, 1), "b10": rng.randint(0, 1023),
+        "b1": rng.randint(0, 1),
+        "b10": rng.randint(0, 1023),
         "b64": _pick(rng, 2**64 - 1, rng.randint(0, 2**64 - 1)),
-        "d1": _decimal(rng, 10, 2), "d2": _decimal(rng, 30, 10), "d3": _decimal(rng, 5, 0),
+        "d1": _decimal(rng, 10, 2),
+        "d2": _decimal(rng, 30, 10),
+        "d3": _decimal(rng, 5, 0),
         "d4": _decimal(rng, 65, 30),
         "f": _pick(rng, 1.1, -3.25, 0.0, 3.4e38, round(rng.uniform(-1e6, 1e6), 3)),
         "db": _pick(rng, 0.1, -1e308, 2.5e-300, rng.uniform(-1e12, 1e12)),
@@ -87,27 +134,69 @@ def random_all_types(rng: random.Random) -> dict[str, Any]:  # noqa: PLR0915
         "mtx": _pick(rng, "", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "m" * 1000),
         "e": _pick(rng, "x", "y", "z"),
         "st": _pick(rng, "", "a", "c,a", "d,b,a", "a,b,c,d"),
-        "bn": _pick(rng, b"", b"a\0\0", b"\0" * 8, bytes(rng.randrange(256) for _ in range(8)),
-                    b"ab\0\0\0\0\0\0"),
+        "bn": _pick(
+            rng,
+            b"",
+            b"a\0\0",
+            b"\0" * 8,
+            bytes(rng.randrange(256) for _ in range(8)),
+            b"ab\0\0\0\0\0\0",
+        ),
         "vb": _pick(rng, b"", b"\0\0", bytes(rng.randrange(256) for _ in range(20))),
         "bl": _pick(rng, b"", b"\0", bytes(rng.randrange(256) for _ in range(300))),
-        "dt": _pick(rng, dt.date(1000, 1, 1), dt.date(9999, 12, 31), dt.date(2024, 2, 29),
-                    "0000-00-00"),
-        "dtm": _pick(rng, dt.datetime(1000, 1, 1), dt.datetime(9999, 12, 31, 23, 59, 59),
-                     dt.datetime(2024, 5, 6, 7, 8, 9), "0000-00-00 00:00:00"),
-        "dtm6": _pick(rng, dt.datetime(2024, 5, 6, 7, 8, 9, 123456),
-                      dt.datetime(1999, 12, 31, 23, 59, 59, 999999), dt.datetime(2000, 1, 1)),
-        "ts": _pick(rng, dt.datetime(1970, 1, 1, 0, 0, 1), dt.datetime(2038, 1, 19, 3, 14, 7),
-                    dt.datetime(2024, 5, 6, 7, 8, 9, 123000)),
-        "tm": _time(rng, 0), "tm6": _pick(rng, dt.timedelta(hours=-12, minutes=-34, seconds=-56,
-                                                            microseconds=-789012), _time(rng, 6)),
+        "dt": _pick(
+            rng, dt.date(1000, 1, 1), dt.date(9999, 12, 31), dt.date(2024, 2, 29), "0000-00-00"
+        ),
+        "dtm": _pick(
+            rng,
+            dt.datetime(1000, 1, 1),
+            dt.datetime(9999, 12, 31, 23, 59, 59),
+            dt.datetime(2024, 5, 6, 7, 8, 9),
+            "0000-00-00 00:00:00",
+        ),
+        "dtm6": _pick(
+            rng,
+            dt.datetime(2024, 5, 6, 7, 8, 9, 123456),
+            dt.datetime(1999, 12, 31, 23, 59, 59, 999999),
+            dt.datetime(2000, 1, 1),
+        ),
+        "ts": _pick(
+            rng,
+            dt.datetime(1970, 1, 1, 0, 0, 1),
+            dt.datetime(2038, 1, 19, 3, 14, 7),
+            dt.datetime(2024, 5, 6, 7, 8, 9, 123000),
+        ),
+        "tm": _time(rng, 0),
+        "tm6": _pick(
+            rng,
+            dt.timedelta(hours=-12, minutes=-34, seconds=-56, microseconds=-789012),
+            _time(rng, 6),
+        ),
         "tm2": _time(rng, 2),
-        "j": _pick(rng, '{"a": 1, "b": [true, null, 2.5]}', "[]", '"text"', "42",
-                   json.dumps({"k": rng.randint(0, 9)})),
-        "u": _pick(rng, str(uuid.uuid4()), str(uuid.uuid1()), "00000000-0000-0000-0000-000000000000",
-                   "12345678-1234-5678-abcd-123456789000"),
-        "ip": _pick(rng, "::1", "::", "2001:db8::ff00:42:8329", "::ffff:1.2.3.4", "fe80::",
-                    "1:2:3:4:5:6:7:0"),
+        "j": _pick(
+            rng,
+            '{"a": 1, "b": [true, null, 2.5]}',
+            "[]",
+            '"text"',
+            "42",
+            json.dumps({"k": rng.randint(0, 9)}),
+        ),
+        "u": _pick(
+            rng,
+            str(uuid.uuid4()),
+            str(uuid.uuid1()),
+            "00000000-0000-0000-0000-000000000000",
+            "12345678-1234-5678-abcd-123456789000",
+        ),
+        "ip": _pick(
+            rng,
+            "::1",
+            "::",
+            "2001:db8::ff00:42:8329",
+            "::ffff:1.2.3.4",
+            "fe80::",
+            "1:2:3:4:5:6:7:0",
+        ),
         "ucs": _pick(rng, "", "ucs2 ok", "ÀÉÎ"),
         "nn": rng.randint(0, 10),
     }
@@ -143,12 +232,16 @@ class Workload:
             cur.execute(f"INSERT INTO alltypes ({cols}) VALUES ({marks})", (key, *row.values()))
         elif table == "person":
             key = self._new_id()
-            cur.execute("INSERT INTO person VALUES (%s, %s, %s, %s)",
-                        (key, f"name-{key}", _decimal(rng, 12, 2), dt.datetime(2024, 1, 1)))
+            cur.execute(
+                "INSERT INTO person VALUES (%s, %s, %s, %s)",
+                (key, f"name-{key}", _decimal(rng, 12, 2), dt.datetime(2024, 1, 1)),
+            )
         else:
             key = (rng.choice(("eu", "us", "ap")), self._new_id())
-            cur.execute("INSERT INTO orders VALUES (%s, %s, %s, %s)",
-                        (*key, f"item-{key[1]}", rng.randint(-5, 500)))
+            cur.execute(
+                "INSERT INTO orders VALUES (%s, %s, %s, %s)",
+                (*key, f"item-{key[1]}", rng.randint(-5, 500)),
+            )
         self.ids[table].add(key)
 
     def _update(self, cur: Any, table: str) -> None:
@@ -163,15 +256,20 @@ class Workload:
         elif table == "person":
             if rng.random() < 0.3:  # a primary key change
                 new = self._new_id()
-                cur.execute("UPDATE person SET id=%s, name=%s WHERE id=%s", (new, f"moved-{new}", key))
+                cur.execute(
+                    "UPDATE person SET id=%s, name=%s WHERE id=%s", (new, f"moved-{new}", key)
+                )
                 self.ids[table].discard(key)
                 self.ids[table].add(new)
             else:
-                cur.execute("UPDATE person SET balance=%s, updated=%s WHERE id=%s",
-                            (_decimal(rng, 12, 2), dt.datetime(2025, 1, 1, 1, 1, 1, 500000), key))
+                cur.execute(
+                    "UPDATE person SET balance=%s, updated=%s WHERE id=%s",
+                    (_decimal(rng, 12, 2), dt.datetime(2025, 1, 1, 1, 1, 1, 500000), key),
+                )
         else:
-            cur.execute("UPDATE orders SET qty=qty+1, item=CONCAT(item,'+') WHERE region=%s AND "
-                        "num=%s", key)
+            cur.execute(
+                "UPDATE orders SET qty=qty+1, item=CONCAT(item,'+') WHERE region=%s AND num=%s", key
+            )
 
     def _delete(self, cur: Any, table: str) -> None:
         if not self.ids[table]:

@@ -34,8 +34,12 @@ sizes = st.lists(st.integers(min_value=0, max_value=1500), min_size=1, max_size=
 
 
 @settings(max_examples=150, deadline=None)
-@given(sizes=sizes, capacity=st.integers(min_value=4096, max_value=20000),
-       restore_at=st.integers(min_value=0, max_value=119), block=st.sampled_from([64, 512, 4096]))
+@given(
+    sizes=sizes,
+    capacity=st.integers(min_value=4096, max_value=20000),
+    restore_at=st.integers(min_value=0, max_value=119),
+    block=st.sampled_from([64, 512, 4096]),
+)
 def test_buffer_holds_a_contiguous_suffix_and_survives_restore(
     sizes: list[int], capacity: int, restore_at: int, block: int
 ) -> None:

@@ -46,16 +46,19 @@ row_values = st.tuples(
 
 
 @given(before=st.none() | row_values, after=row_values)
-def test_codec_roundtrip_matches_json_mapping(before: tuple[Any, ...] | None,
-                                              after: tuple[Any, ...]) -> None:
+def test_codec_roundtrip_matches_json_mapping(
+    before: tuple[Any, ...] | None, after: tuple[Any, ...]
+) -> None:
     codec = RowCodec(SCHEMA)
     got_before, got_after = codec.decode(codec.encode(before, after))
 
     def expected(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
         if row is None:
             return None
-        return {c.name: None if v is None else canonical_converter(c.kind)(v)
-                for c, v in zip(COLUMNS, row, strict=True)}
+        return {
+            c.name: None if v is None else canonical_converter(c.kind)(v)
+            for c, v in zip(COLUMNS, row, strict=True)
+        }
 
     assert got_before == expected(before) and got_after == expected(after)
     assert codec.key_of(got_after) == {"id": after[0]}
@@ -63,13 +66,34 @@ def test_codec_roundtrip_matches_json_mapping(before: tuple[Any, ...] | None,
 
 def test_json_mapping_examples() -> None:
     codec = RowCodec(SCHEMA)
-    row = (7, Decimal(2**64 - 1), Decimal("-12.500"), "x", b"\0\1", 0, 1_500_000, 0,
-           -(12 * 3600 + 34 * 60 + 56) * 10**6 - 789012, [], "null", 1.5)
+    row = (
+        7,
+        Decimal(2**64 - 1),
+        Decimal("-12.500"),
+        "x",
+        b"\0\1",
+        0,
+        1_500_000,
+        0,
+        -(12 * 3600 + 34 * 60 + 56) * 10**6 - 789012,
+        [],
+        "null",
+        1.5,
+    )
     _, after = codec.decode(codec.encode(None, row))
     assert after == {
-        "id": 7, "big": 2**64 - 1, "price": "-12.500", "name with space": "x", "raw": "AAE=",
-        "day": "1970-01-01", "at": "1970-01-01T00:00:01.500000", "ts": "1970-01-01T00:00:00Z",
-        "dur": "-12:34:56.789012", "tags": [], "doc": None, "ratio": 1.5,
+        "id": 7,
+        "big": 2**64 - 1,
+        "price": "-12.500",
+        "name with space": "x",
+        "raw": "AAE=",
+        "day": "1970-01-01",
+        "at": "1970-01-01T00:00:01.500000",
+        "ts": "1970-01-01T00:00:00Z",
+        "dur": "-12:34:56.789012",
+        "tags": [],
+        "doc": None,
+        "ratio": 1.5,
     }
 
 

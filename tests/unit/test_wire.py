@@ -11,32 +11,45 @@ from sluice.core.checkpoint import Online, decode_checkpoint, encode_checkpoint
 from sluice.core.scn import make_scn, parse_scn, scn_file_no, scn_position
 from sluice.errors import CheckpointError, ConfigError, DecodeError
 
-events = st.lists(st.builds(
-    wire.RawEvent,
-    source=st.sampled_from(["a.x", "b.y", "ü.z"]),
-    op=st.sampled_from(["c", "u", "d", "r"]),
-    schema_version=st.integers(0, 65535),
-    key_hash=st.integers(0, 2**32 - 1),
-    payload=st.binary(max_size=200),
-), max_size=20)
+events = st.lists(
+    st.builds(
+        wire.RawEvent,
+        source=st.sampled_from(["a.x", "b.y", "ü.z"]),
+        op=st.sampled_from(["c", "u", "d", "r"]),
+        schema_version=st.integers(0, 65535),
+        key_hash=st.integers(0, 2**32 - 1),
+        payload=st.binary(max_size=200),
+    ),
+    max_size=20,
+)
 
 
 @given(events=events, scn=st.integers(1, 2**64 - 1), ts=st.integers(0, 2**63))
-def test_window_roundtrip_and_stream_parsing(events: list[wire.RawEvent], scn: int, ts: int) -> None:
+def test_window_roundtrip_and_stream_parsing(
+    events: list[wire.RawEvent], scn: int, ts: int
+) -> None:
     record = wire.encode_window(scn, scn - 1, ts, [wire.encode_event(e) for e in events])
     assert len(record) % 8 == 0 and wire.window_is_valid(record, 0, len(record))
     assert wire.decode_events(record) == events
     header = wire.read_window_header(record)
-    assert (header.scn, header.prev_scn, header.ts_ms, header.n_events) == (scn, scn - 1, ts,
-                                                                           len(events))
+    assert (header.scn, header.prev_scn, header.ts_ms, header.n_events) == (
+        scn,
+        scn - 1,
+        ts,
+        len(events),
+    )
     stream = record + wire.encode_heartbeat(scn) + record
     parser = wire.FrameParser()
     frames = [f for i in range(0, len(stream), 7) for f in parser.feed(stream[i : i + 7])]
     assert frames == [record, wire.Heartbeat(scn), record] and parser.pending == 0
 
 
-@given(events=events, index=st.integers(0, 3), count=st.integers(1, 4),
-       sources=st.sets(st.sampled_from(["a.x", "b.y", "ü.z"])))
+@given(
+    events=events,
+    index=st.integers(0, 3),
+    count=st.integers(1, 4),
+    sources=st.sets(st.sampled_from(["a.x", "b.y", "ü.z"])),
+)
 def test_filters_keep_exactly_the_matching_events(
     events: list[wire.RawEvent], index: int, count: int, sources: set[str]
 ) -> None:
@@ -53,8 +66,9 @@ def test_filters_keep_exactly_the_matching_events(
 
 
 def test_corrupt_stream_is_an_error() -> None:
-    record = bytearray(wire.encode_window(1, 0, 0, [wire.encode_event(
-        wire.RawEvent("a.b", "c", 1, 0, b"x" * 20))]))
+    record = bytearray(
+        wire.encode_window(1, 0, 0, [wire.encode_event(wire.RawEvent("a.b", "c", 1, 0, b"x" * 20))])
+    )
     record[-9] ^= 1
     with pytest.raises(DecodeError, match="checksum"):
         wire.FrameParser().feed(bytes(record))
@@ -67,9 +81,18 @@ def test_checkpoint_codec_roundtrip(scn: int) -> None:
     assert decode_checkpoint(encode_checkpoint(Online(scn))) == Online(scn)
 
 
-@pytest.mark.parametrize("text", ["", "{", "[]", '{"version": 1}', '{"version": 2, "scn": 1}',
-                                  '{"version": 1, "phase": "online", "scn": -1}',
-                                  '{"version": 1, "phase": "online", "scn": "7"}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        "[]",
+        '{"version": 1}',
+        '{"version": 2, "scn": 1}',
+        '{"version": 1, "phase": "online", "scn": -1}',
+        '{"version": 1, "phase": "online", "scn": "7"}',
+    ],
+)
 def test_bad_checkpoints(text: str) -> None:
     with pytest.raises(CheckpointError):
         decode_checkpoint(text)

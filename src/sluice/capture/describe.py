@@ -10,12 +10,32 @@ from sluice.errors import SourceSetupError
 from sluice.schemas import Column, TableSchema
 
 _INTS = ("tinyint", "smallint", "mediumint", "int", "bigint")
-_TEXTS = {"char": "char", "varchar": "varchar", "tinytext": "text", "text": "text",
-          "mediumtext": "text", "longtext": "text"}
-_BINARIES = {"binary": "binary", "varbinary": "varbinary", "tinyblob": "blob", "blob": "blob",
-             "mediumblob": "blob", "longblob": "blob"}
-_GEOMETRIES = {"geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-               "multipolygon", "geometrycollection"}
+_TEXTS = {
+    "char": "char",
+    "varchar": "varchar",
+    "tinytext": "text",
+    "text": "text",
+    "mediumtext": "text",
+    "longtext": "text",
+}
+_BINARIES = {
+    "binary": "binary",
+    "varbinary": "varbinary",
+    "tinyblob": "blob",
+    "blob": "blob",
+    "mediumblob": "blob",
+    "longblob": "blob",
+}
+_GEOMETRIES = {
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
+}
 
 
 def _column(row: dict[str, Any], json_columns: set[str]) -> Column:
@@ -53,19 +73,24 @@ def describe_table(conn: pymysql.Connection[Any], source: str) -> TableSchema:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
             "NUMERIC_SCALE, DATETIME_PRECISION FROM information_schema.COLUMNS "
-            "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION", (schema, table))
+            "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
         rows = list(cur.fetchall())
         if not rows:
             raise SourceSetupError(f"unknown table {source!r}", source=source)
         cur.execute(
             "SELECT CONSTRAINT_NAME AS c FROM information_schema.CHECK_CONSTRAINTS WHERE "
             "CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
-            (schema, table))
+            (schema, table),
+        )
         json_columns = {str(r["c"]) for r in cur.fetchall()}
         cur.execute(
             "SELECT COLUMN_NAME AS c FROM information_schema.KEY_COLUMN_USAGE WHERE "
             "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND CONSTRAINT_NAME='PRIMARY' "
-            "ORDER BY ORDINAL_POSITION", (schema, table))
+            "ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
         primary_key = tuple(str(r["c"]) for r in cur.fetchall())
     columns = tuple(_column(row, json_columns) for row in rows)
     return TableSchema(source, 1, columns, primary_key)

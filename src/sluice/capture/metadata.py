@@ -8,18 +8,43 @@ from typing import Any
 import pymysql
 
 from sluice.core.scn import scn_of_log, split_log_name
-from sluice.errors import SourceError, SourceSetupError
+from sluice.errors import SourceSetupError
 
 # MySQL charset names -> Python codecs ("binary" is raw bytes).
 _CODECS = {
-    "utf8mb4": "utf-8", "utf8mb3": "utf-8", "utf8": "utf-8", "latin1": "cp1252",
-    "ascii": "ascii", "ucs2": "utf-16-be", "utf16": "utf-16-be", "utf16le": "utf-16-le",
-    "utf32": "utf-32-be", "cp1250": "cp1250", "cp1251": "cp1251", "cp1256": "cp1256",
-    "cp1257": "cp1257", "latin2": "iso8859-2", "greek": "iso8859-7", "hebrew": "iso8859-8",
-    "latin5": "iso8859-9", "latin7": "iso8859-13", "koi8r": "koi8-r", "koi8u": "koi8-u",
-    "sjis": "shift_jis", "cp932": "cp932", "ujis": "euc_jp", "eucjpms": "euc_jp", "gbk": "gbk",
-    "gb2312": "gb2312", "big5": "big5", "euckr": "euc_kr", "tis620": "tis-620",
-    "cp850": "cp850", "cp852": "cp852", "cp866": "cp866", "macroman": "mac_roman",
+    "utf8mb4": "utf-8",
+    "utf8mb3": "utf-8",
+    "utf8": "utf-8",
+    "latin1": "cp1252",
+    "ascii": "ascii",
+    "ucs2": "utf-16-be",
+    "utf16": "utf-16-be",
+    "utf16le": "utf-16-le",
+    "utf32": "utf-32-be",
+    "cp1250": "cp1250",
+    "cp1251": "cp1251",
+    "cp1256": "cp1256",
+    "cp1257": "cp1257",
+    "latin2": "iso8859-2",
+    "greek": "iso8859-7",
+    "hebrew": "iso8859-8",
+    "latin5": "iso8859-9",
+    "latin7": "iso8859-13",
+    "koi8r": "koi8-r",
+    "koi8u": "koi8-u",
+    "sjis": "shift_jis",
+    "cp932": "cp932",
+    "ujis": "euc_jp",
+    "eucjpms": "euc_jp",
+    "gbk": "gbk",
+    "gb2312": "gb2312",
+    "big5": "big5",
+    "euckr": "euc_kr",
+    "tis620": "tis-620",
+    "cp850": "cp850",
+    "cp852": "cp852",
+    "cp866": "cp866",
+    "macroman": "mac_roman",
     "macce": "mac_latin2",
 }
 
@@ -27,9 +52,13 @@ _REQUIRED = {
     "log_bin": ("ON", "start the server with --log-bin (the binary log is off)"),
     "binlog_format": ("ROW", "SET GLOBAL binlog_format='ROW' (and binlog_format=ROW in my.cnf)"),
     "binlog_row_image": (
-        "FULL", "SET GLOBAL binlog_row_image='FULL' (and binlog_row_image=FULL in my.cnf)"),
+        "FULL",
+        "SET GLOBAL binlog_row_image='FULL' (and binlog_row_image=FULL in my.cnf)",
+    ),
     "binlog_row_metadata": (
-        "FULL", "SET GLOBAL binlog_row_metadata='FULL' (and binlog_row_metadata=FULL in my.cnf)"),
+        "FULL",
+        "SET GLOBAL binlog_row_metadata='FULL' (and binlog_row_metadata=FULL in my.cnf)",
+    ),
 }
 
 
@@ -57,21 +86,26 @@ def _query(conn: pymysql.Connection[Any], sql: str, args: Any = None) -> list[tu
 def check_server(conn: pymysql.Connection[Any], tables: tuple[str, ...]) -> ServerInfo:
     """Refuse a server that cannot feed CDC, naming the setting and the fix."""
     names = ",".join(f"'{n}'" for n in _REQUIRED) + ",'log_bin_compress'"
-    settings = {str(k).lower(): str(v).upper() for k, v in _query(
-        conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")}
+    settings = {
+        str(k).lower(): str(v).upper()
+        for k, v in _query(conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
+    }
     for name, (want, fix) in _REQUIRED.items():
         have = settings.get(name, "(not set)")
         if have != want:
             raise SourceSetupError(f"the server has {name}={have}, Sluice needs {want}: {fix}")
     if settings.get("log_bin_compress", "OFF") == "ON":
-        raise SourceSetupError("the server has log_bin_compress=ON: SET GLOBAL log_bin_compress=OFF")
+        raise SourceSetupError(
+            "the server has log_bin_compress=ON: SET GLOBAL log_bin_compress=OFF"
+        )
     status = _master_status(conn)
     _check_replication_grant(conn)
     _check_tables(conn, tables)
     logs = _query(conn, "SHOW BINARY LOGS")
     base, _ = split_log_name(status[0])
-    return ServerInfo(base, scn_of_log(status[0], int(status[1])), str(logs[0][0]),
-                      load_collations(conn))
+    return ServerInfo(
+        base, scn_of_log(status[0], int(status[1])), str(logs[0][0]), load_collations(conn)
+    )
 
 
 def end_scn(conn: pymysql.Connection[Any]) -> int:
@@ -97,8 +131,10 @@ def _master_status(conn: pymysql.Connection[Any]) -> tuple[Any, ...]:
 
 def _check_replication_grant(conn: pymysql.Connection[Any]) -> None:
     grants = " ".join(str(row[0]).upper() for row in _query(conn, "SHOW GRANTS"))
-    if "ALL PRIVILEGES ON *.*" in grants or "REPLICATION SLAVE" in grants or (
-        "REPLICATION REPLICA" in grants
+    if (
+        "ALL PRIVILEGES ON *.*" in grants
+        or "REPLICATION SLAVE" in grants
+        or ("REPLICATION REPLICA" in grants)
     ):
         return
     raise SourceSetupError(
@@ -111,20 +147,24 @@ def _check_tables(conn: pymysql.Connection[Any], tables: tuple[str, ...]) -> Non
     for source in tables:
         schema, _, table = source.partition(".")
         found = _query(
-            conn, "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
-            (schema, table))
+            conn,
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+            (schema, table),
+        )
         if not found:
             raise SourceSetupError(
                 f"unknown table {source!r}: it does not exist on the server, or the capture "
-                "user may not see it (GRANT SELECT ON it)", source=source)
+                "user may not see it (GRANT SELECT ON it)",
+                source=source,
+            )
 
 
 def load_collations(conn: pymysql.Connection[Any]) -> dict[int, str | None]:
     """Collation id -> Python codec (None for binary)."""
     out: dict[int, str | None] = {}
     for ident, charset in _query(
-        conn, "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS "
-        "WHERE ID IS NOT NULL"
+        conn,
+        "SELECT ID, CHARACTER_SET_NAME FROM information_schema.COLLATIONS WHERE ID IS NOT NULL",
     ):
         out[int(ident)] = None if charset == "binary" else _CODECS.get(str(charset), str(charset))
     return out
@@ -132,17 +172,22 @@ def load_collations(conn: pymysql.Connection[Any]) -> dict[int, str | None]:
 
 def column_info(conn: pymysql.Connection[Any], source: str) -> dict[str, ColumnInfo]:
     schema, _, table = source.partition(".")
-    checks = {str(row[0]) for row in _query(
-        conn,
-        "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS WHERE "
-        "CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
-        (schema, table))}
+    checks = {
+        str(row[0])
+        for row in _query(
+            conn,
+            "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS WHERE "
+            "CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
+            (schema, table),
+        )
+    }
     rows = _query(
-        conn, "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
-        "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (schema, table))
+        conn,
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+        (schema, table),
+    )
     return {
         str(name): ColumnInfo(str(dtype).lower(), str(ctype).lower(), str(name) in checks)
         for name, dtype, ctype in rows
     }
-
-

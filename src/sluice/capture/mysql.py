@@ -58,8 +58,13 @@ class MySQLCapture:
     """One capture thread per physical source. ``sink`` may block: that is backpressure."""
 
     def __init__(
-        self, params: ConnectParams, tables: tuple[str, ...], registry: SchemaRegistry,
-        sink: Callable[[CapturedWindow], None], *, server_id: int | None = None,
+        self,
+        params: ConnectParams,
+        tables: tuple[str, ...],
+        registry: SchemaRegistry,
+        sink: Callable[[CapturedWindow], None],
+        *,
+        server_id: int | None = None,
         on_fatal: Callable[[SluiceError], None] | None = None,
     ) -> None:
         self._params = params
@@ -118,8 +123,11 @@ class MySQLCapture:
             try:
                 self._stream_once()
                 delay = 0.1
-            except (SourceConnectionError, pymysql.err.OperationalError,
-                    pymysql.err.InterfaceError) as exc:
+            except (
+                SourceConnectionError,
+                pymysql.err.OperationalError,
+                pymysql.err.InterfaceError,
+            ) as exc:
                 if self._stop.is_set():
                     break
                 self.stats.connected = False
@@ -130,7 +138,7 @@ class MySQLCapture:
             except SluiceError as exc:
                 self._fail(exc)
                 return
-            except Exception as exc:  # noqa: BLE001 - the thread must report, not vanish
+            except Exception as exc:
                 log.exception("capture failed")
                 self._fail(SourceError(f"capture failed: {exc!r}"))
                 return
@@ -190,8 +198,9 @@ class MySQLCapture:
             elif kind == t.ROTATE:
                 file_no = split_log_name(ev.body[8:].decode())[1]
             elif kind == t.HEARTBEAT:
-                self.stats.source_end_scn = max(self.stats.source_end_scn,
-                                                make_scn(file_no, ev.log_pos))
+                self.stats.source_end_scn = max(
+                    self.stats.source_end_scn, make_scn(file_no, ev.log_pos)
+                )
             elif kind in t.COMPRESSED:
                 raise DecodeError("compressed binlog events: SET GLOBAL log_bin_compress=OFF")
 
@@ -224,8 +233,9 @@ class MySQLCapture:
         decoder = self._by_signature.get(key)
         if decoder is None:
             table_map = parse_table_map(body)
-            decoder = TableDecoder(table_map, self._registry, self._collations(),
-                                   column_info(self._metadata(), source))
+            decoder = TableDecoder(
+                table_map, self._registry, self._collations(), column_info(self._metadata(), source)
+            )
             self._by_signature[key] = decoder
         self._decoders[table_id] = decoder
 
@@ -248,8 +258,7 @@ class MySQLCapture:
 
     def _advance(self, scn: int) -> None:
         self.stats.last_scn = scn
-        if scn > self.stats.source_end_scn:
-            self.stats.source_end_scn = scn
+        self.stats.source_end_scn = max(self.stats.source_end_scn, scn)
 
     # -- metadata connection ----------------------------------------------------------------
     def _metadata(self) -> pymysql.Connection[Any]:

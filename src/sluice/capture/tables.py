@@ -16,13 +16,24 @@ from sluice.errors import DecodeError
 from sluice.schemas import Column, RowCodec, SchemaRegistry
 from sluice.schemas.avro import key_hash
 
-_INT_NAMES = {t.T_TINY: "tinyint", t.T_SHORT: "smallint", t.T_INT24: "mediumint",
-              t.T_LONG: "int", t.T_LONGLONG: "bigint"}
+_INT_NAMES = {
+    t.T_TINY: "tinyint",
+    t.T_SHORT: "smallint",
+    t.T_INT24: "mediumint",
+    t.T_LONG: "int",
+    t.T_LONGLONG: "bigint",
+}
 _SIMPLE = {
-    t.T_FLOAT: ("float", "float"), t.T_DOUBLE: ("double", "double"), t.T_YEAR: ("year", "year"),
-    t.T_DATE: ("date", "date"), t.T_NEWDATE: ("date", "date"),
-    t.T_TIMESTAMP: ("timestamp", "timestamp"), t.T_DATETIME: ("datetime", "datetime"),
-    t.T_TIME: ("time", "time"), t.T_ENUM: ("enum", "enum"), t.T_SET: ("set", "set"),
+    t.T_FLOAT: ("float", "float"),
+    t.T_DOUBLE: ("double", "double"),
+    t.T_YEAR: ("year", "year"),
+    t.T_DATE: ("date", "date"),
+    t.T_NEWDATE: ("date", "date"),
+    t.T_TIMESTAMP: ("timestamp", "timestamp"),
+    t.T_DATETIME: ("datetime", "datetime"),
+    t.T_TIME: ("time", "time"),
+    t.T_ENUM: ("enum", "enum"),
+    t.T_SET: ("set", "set"),
     t.T_GEOMETRY: ("geometry", "geometry"),
 }
 
@@ -42,14 +53,21 @@ def column_kind(col: BinlogColumn, codec: str | None, info: ColumnInfo | None) -
         return kind, f"{kind}({col.scale})"
     if ct == t.T_BIT:
         return ("uint64" if col.bits > 63 else "bit"), f"bit({col.bits})"
-    if ct == t.T_STRING and codec is None and col.length == 16 and info is not None and (
-        info.data_type in ("uuid", "inet6")
+    if (
+        ct == t.T_STRING
+        and codec is None
+        and col.length == 16
+        and info is not None
+        and (info.data_type in ("uuid", "inet6"))
     ):
         return info.data_type, info.data_type
     if ct in t.BLOB_TYPES and codec is not None and info is not None and info.is_json:
         return "json", "json"
-    names = {t.T_STRING: ("char", "binary"), t.T_VARCHAR: ("varchar", "varbinary"),
-             t.T_VAR_STRING: ("varchar", "varbinary")}
+    names = {
+        t.T_STRING: ("char", "binary"),
+        t.T_VARCHAR: ("varchar", "varbinary"),
+        t.T_VAR_STRING: ("varchar", "varbinary"),
+    }
     text_name, bin_name = names.get(ct, ("text", "blob"))
     return ("bytes", bin_name) if codec is None else ("string", text_name)
 
@@ -58,7 +76,10 @@ class TableDecoder:
     """Decodes the rows events of one table map into encoded wire events."""
 
     def __init__(
-        self, table_map: TableMap, registry: SchemaRegistry, collations: dict[int, str | None],
+        self,
+        table_map: TableMap,
+        registry: SchemaRegistry,
+        collations: dict[int, str | None],
         info: dict[str, ColumnInfo],
     ) -> None:
         self.source = table_map.source
@@ -67,8 +88,16 @@ class TableDecoder:
         for col in table_map.columns:
             codec = _codec(col, collations)
             kind, mysql_type = column_kind(col, codec, info.get(col.name))
-            columns.append(Column(col.name, kind, col.nullable, mysql_type, col.precision,
-                                  col.scale if kind == "decimal" else 0))
+            columns.append(
+                Column(
+                    col.name,
+                    kind,
+                    col.nullable,
+                    mysql_type,
+                    col.precision,
+                    col.scale if kind == "decimal" else 0,
+                )
+            )
             decoders.append(make_decoder(col, kind, codec))
         primary_key = tuple(table_map.columns[i].name for i in table_map.primary_key)
         schema = registry.register(self.source, tuple(columns), primary_key)
@@ -97,15 +126,19 @@ class TableDecoder:
             r.take(r.uint(2) - 2)
         count = r.lenenc()
         if count != self._count:
-            raise DecodeError(f"rows event for {self.source} has {count} columns, "
-                              f"its table map {self._count}", source=self.source)
+            raise DecodeError(
+                f"rows event for {self.source} has {count} columns, its table map {self._count}",
+                source=self.source,
+            )
         present = (count + 7) // 8
         images = 2 if event_type in t.UPDATE_ROWS else 1
         full = b"\xff" * (count // 8) + (bytes([(1 << (count % 8)) - 1]) if count % 8 else b"")
         for _ in range(images):
             if r.take(present) != full:
-                raise DecodeError(f"partial row image for {self.source}: "
-                                  "set binlog_row_image=FULL", source=self.source)
+                raise DecodeError(
+                    f"partial row image for {self.source}: set binlog_row_image=FULL",
+                    source=self.source,
+                )
         data, pos, end = body, r.pos, len(body)
         while pos < end:
             first, pos = self._row(data, pos)
@@ -132,14 +165,18 @@ class TableDecoder:
         assert row is not None
         key = self.codec.canonical_key(row)
         return wire.encode_event(
-            wire.RawEvent(self.source, op, self.version, key_hash(key, payload), payload))
+            wire.RawEvent(self.source, op, self.version, key_hash(key, payload), payload)
+        )
 
 
 def _codec(col: BinlogColumn, collations: dict[int, str | None]) -> str | None:
     if col.type in (t.T_ENUM, t.T_SET):
         return collations.get(col.collation, "utf-8") if col.collation is not None else "utf-8"
     if col.collation is None or col.type not in (
-        t.T_STRING, t.T_VARCHAR, t.T_VAR_STRING, *t.BLOB_TYPES
+        t.T_STRING,
+        t.T_VARCHAR,
+        t.T_VAR_STRING,
+        *t.BLOB_TYPES,
     ):
         return None
-    return collations.get(col.collation, None) if col.collation in collations else "utf-8"
+    return collations.get(col.collation) if col.collation in collations else "utf-8"

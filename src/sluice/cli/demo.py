@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from sluice.client import AsyncClient, ClientConfig, MemoryCheckpointStore
 from sluice.core.event import Event
 from sluice.relay import Relay, RelayConfig
@@ -32,9 +34,12 @@ DDL = (
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("demo", help="run the whole pipeline on a private MariaDB and check it",
-                       description="Start a private MariaDB, run a workload through a relay into "
-                       "a consumer's replica, and check the replica equals the source.")
+    p = sub.add_parser(
+        "demo",
+        help="run the whole pipeline on a private MariaDB and check it",
+        description="Start a private MariaDB, run a workload through a relay into "
+        "a consumer's replica, and check the replica equals the source.",
+    )
     p.add_argument("--duration", type=float, default=20.0, help="workload seconds (default 20)")
     p.add_argument("--rate", type=int, default=200, help="transactions per second (default 200)")
     p.add_argument("--keep", action="store_true", help="keep the temp dir (for a look)")
@@ -81,18 +86,32 @@ class _Workload:
         rng, n = self.rng, self.next_id
         self.next_id += 1
         cur.execute("BEGIN")
-        cur.execute("INSERT INTO shop.customer VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY "
-                    "UPDATE tier=VALUES(tier)", (n % 500, f"Customer {n % 500}",
-                                                 f"c{n % 500}@example.com",
-                                                 rng.choice(["free", "pro", "team"]),
-                                                 dt.date(2024, 1, 1 + n % 28)))
+        cur.execute(
+            "INSERT INTO shop.customer VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY "
+            "UPDATE tier=VALUES(tier)",
+            (
+                n % 500,
+                f"Customer {n % 500}",
+                f"c{n % 500}@example.com",
+                rng.choice(["free", "pro", "team"]),
+                dt.date(2024, 1, 1 + n % 28),
+            ),
+        )
         sku = f"SKU{n % 300:05d}"
-        cur.execute("INSERT INTO shop.product VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6)) ON "
-                    "DUPLICATE KEY UPDATE price=VALUES(price), updated_at=UTC_TIMESTAMP(6)",
-                    (sku, f"Product {sku}", f"{rng.randint(100, 99999) / 100:.2f}",
-                     rng.choice(["", "new", "sale,eco"])))
-        cur.execute("INSERT INTO shop.purchase VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(3), %s)",
-                    (n, n % 500, sku, rng.randint(1, 9), f'{{"n": {n}}}'))
+        cur.execute(
+            "INSERT INTO shop.product VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6)) ON "
+            "DUPLICATE KEY UPDATE price=VALUES(price), updated_at=UTC_TIMESTAMP(6)",
+            (
+                sku,
+                f"Product {sku}",
+                f"{rng.randint(100, 99999) / 100:.2f}",
+                rng.choice(["", "new", "sale,eco"]),
+            ),
+        )
+        cur.execute(
+            "INSERT INTO shop.purchase VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(3), %s)",
+            (n, n % 500, sku, rng.randint(1, 9), f'{{"n": {n}}}'),
+        )
         if n % 7 == 0:
             cur.execute("DELETE FROM shop.purchase WHERE id = %s", (max(n - 50, 0),))
         cur.execute("ROLLBACK" if n % 23 == 0 else "COMMIT")
@@ -118,30 +137,38 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _pipeline(db: PrivateMariaDB, base: Path, args: argparse.Namespace) -> int:
-    config = RelayConfig(source=db.url, tables=list(TABLES), data_dir=base / "relay", port=0)
+    config = RelayConfig(
+        source=SecretStr(db.url), tables=list(TABLES), data_dir=base / "relay", port=0
+    )
     async with Relay(config) as relay:
         url = f"http://127.0.0.1:{relay.port}"
         print(f"relay serving {', '.join(TABLES)} at {url}")
         replica = _LatencyReplica()
-        client = AsyncClient(ClientConfig(relays=(url,), since_scn=None), replica,
-                             MemoryCheckpointStore())
+        client = AsyncClient(
+            ClientConfig(relays=(url,), since_scn=None), replica, MemoryCheckpointStore()
+        )
         consumer = asyncio.create_task(client.run())
         workload = _Workload(db, args.rate)
         worker = threading.Thread(target=workload.run, args=(args.duration,), daemon=True)
         worker.start()
         await _progress(relay, client, workload)
         target = relay.source_end_scn
-        await _wait(lambda: relay.buffer.max_scn >= target or relay.stats()["capture"][
-            "last_scn"] >= target, 60)
+        await _wait(
+            lambda: (
+                relay.buffer.max_scn >= target or relay.stats()["capture"]["last_scn"] >= target
+            ),
+            60,
+        )
         await _wait(lambda: client.scn >= relay.buffer.max_scn, 60)
         client.stop()
         await consumer
         return _verify(db, replica, workload)
 
 
-async def _wait(condition: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
+async def _wait(condition: Any, limit_s: float) -> None:
+    # Polls because the conditions span threads (capture) and the loop (client).
+    deadline = time.monotonic() + limit_s
+    while not condition() and time.monotonic() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
 
 
@@ -153,9 +180,12 @@ async def _progress(relay: Relay, client: AsyncClient, workload: _Workload) -> N
         rate = (client.events - last_events) / (now - last_time)
         last_events, last_time = client.events, now
         stats = relay.stats()
-        print(f"[{now - started:5.1f}s] txns {workload.transactions:6d}  events {client.events:7d}"
-              f" ({rate:7.0f}/s)  relay SCN {stats['max_scn']}  consumer SCN {client.scn}"
-              f"  {'caught up' if client.scn >= stats['max_scn'] else 'catching up'}", flush=True)
+        print(
+            f"[{now - started:5.1f}s] txns {workload.transactions:6d}  events {client.events:7d}"
+            f" ({rate:7.0f}/s)  relay SCN {stats['max_scn']}  consumer SCN {client.scn}"
+            f"  {'caught up' if client.scn >= stats['max_scn'] else 'catching up'}",
+            flush=True,
+        )
 
 
 def _verify(db: PrivateMariaDB, replica: _LatencyReplica, workload: _Workload) -> int:
@@ -165,14 +195,18 @@ def _verify(db: PrivateMariaDB, replica: _LatencyReplica, workload: _Workload) -
         truth, mine = table_rows(conn, source), replica.snapshot(source)
         same = truth == mine
         ok &= same
-        print(f"{source}: source {len(truth)} rows, replica {len(mine)} rows: "
-              + ("match" if same else "MISMATCH"))
+        print(
+            f"{source}: source {len(truth)} rows, replica {len(mine)} rows: "
+            + ("match" if same else "MISMATCH")
+        )
     conn.close()
     lat = sorted(replica.latencies_ms)
     if lat:
         p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-        print(f"commit-to-consumer latency: p50 {statistics.median(lat):.1f} ms, "
-              f"p99 {p99:.1f} ms over {len(lat)} events")
+        print(
+            f"commit-to-consumer latency: p50 {statistics.median(lat):.1f} ms, "
+            f"p99 {p99:.1f} ms over {len(lat)} events"
+        )
     print(f"{workload.transactions} transactions, {replica.events} events delivered")
     print("demo OK: the replica equals the source" if ok else "demo FAILED: replica differs")
     return 0 if ok else 1

@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from sluice.cli import demo, relay, schema, tail
 from sluice.errors import ConfigError, SluiceError
 
 log = logging.getLogger("sluice")
@@ -20,7 +21,9 @@ def _setup_logging(verbose: int) -> None:
     level_name = os.environ.get("SLUICE_LOG_LEVEL")
     logging.basicConfig(
         level=level_name.upper() if level_name else level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,11 +33,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sluice.cli import demo, relay, schema, tail
-
     parser = _Parser(prog="sluice", description="Change data capture for MySQL/MariaDB.")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="more logging on stderr (-vv for debug)")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv for debug)"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     relay.add_parser(sub)
     tail.add_parser(sub)

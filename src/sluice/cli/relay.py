@@ -13,27 +13,52 @@ from sluice.relay import Relay, RelayConfig
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("relay", help="capture tables from a MySQL/MariaDB binlog and serve them",
-                       description="Capture committed row changes and serve them over HTTP.")
-    p.add_argument("--source", help="mysql://USER[:PASSWORD]@HOST:PORT (password may also come "
-                   "from SLUICE_SOURCE_PASSWORD)")
-    p.add_argument("--table", action="append", dest="tables", metavar="DB.TABLE",
-                   help="a table to capture (repeat for more)")
+    p = sub.add_parser(
+        "relay",
+        help="capture tables from a MySQL/MariaDB binlog and serve them",
+        description="Capture committed row changes and serve them over HTTP.",
+    )
+    p.add_argument(
+        "--source",
+        help="mysql://USER[:PASSWORD]@HOST:PORT (password may also come "
+        "from SLUICE_SOURCE_PASSWORD)",
+    )
+    p.add_argument(
+        "--table",
+        action="append",
+        dest="tables",
+        metavar="DB.TABLE",
+        help="a table to capture (repeat for more)",
+    )
     p.add_argument("--port", type=int, help="HTTP port (default 7070; 0 picks a free one)")
     p.add_argument("--host", help="address to bind (default 127.0.0.1)")
     p.add_argument("--data-dir", type=Path, help="where the event buffer, max SCN and schemas live")
-    p.add_argument("--since-scn", type=scn_arg,
-                   help="capture after this SCN (default: resume, or the binlog's end)")
-    p.add_argument("--buffer-size", type=int, metavar="BYTES",
-                   help="event buffer size in bytes (default 64 MiB)")
+    p.add_argument(
+        "--since-scn",
+        type=scn_arg,
+        help="capture after this SCN (default: resume, or the binlog's end)",
+    )
+    p.add_argument(
+        "--buffer-size",
+        type=int,
+        metavar="BYTES",
+        help="event buffer size in bytes (default 64 MiB)",
+    )
     p.add_argument("--config", type=Path, metavar="FILE.toml", help="settings file")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = RelayConfig.load(
-        args.config, source=args.source, tables=args.tables, port=args.port, host=args.host,
-        data_dir=args.data_dir, since_scn=args.since_scn, buffer_size=args.buffer_size)
+        args.config,
+        source=args.source,
+        tables=args.tables,
+        port=args.port,
+        host=args.host,
+        data_dir=args.data_dir,
+        since_scn=args.since_scn,
+        buffer_size=args.buffer_size,
+    )
     return asyncio.run(_serve(config))
 
 

@@ -17,22 +17,46 @@ from sluice.core.event import Event, Window
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("tail", help="print a relay's events as JSON lines",
-                       description="Print events as JSON lines, one window at a time.")
-    p.add_argument("--relay", action="append", required=True, metavar="URL",
-                   help="relay URL, e.g. http://127.0.0.1:7070 (repeat for failover)")
-    p.add_argument("--source", action="append", dest="sources", metavar="DB.TABLE",
-                   help="only these sources (repeat; default all)")
-    p.add_argument("--since-scn", type=scn_arg,
-                   help="start after this SCN when there is no checkpoint "
-                   "(default: the oldest SCN the relay holds)")
+    p = sub.add_parser(
+        "tail",
+        help="print a relay's events as JSON lines",
+        description="Print events as JSON lines, one window at a time.",
+    )
+    p.add_argument(
+        "--relay",
+        action="append",
+        required=True,
+        metavar="URL",
+        help="relay URL, e.g. http://127.0.0.1:7070 (repeat for failover)",
+    )
+    p.add_argument(
+        "--source",
+        action="append",
+        dest="sources",
+        metavar="DB.TABLE",
+        help="only these sources (repeat; default all)",
+    )
+    p.add_argument(
+        "--since-scn",
+        type=scn_arg,
+        help="start after this SCN when there is no checkpoint "
+        "(default: the oldest SCN the relay holds)",
+    )
     p.add_argument("--checkpoint-dir", type=Path, help="keep a checkpoint here and resume from it")
     p.add_argument("--name", default="tail", help="checkpoint name (default tail)")
     p.add_argument("--partition", metavar="I/N", help="only key partition I of N")
-    p.add_argument("--until-caught-up", action="store_true",
-                   help="exit 0 once everything up to the relay's max SCN is printed")
-    p.add_argument("--give-up-after", type=float, default=300.0, metavar="SECONDS",
-                   help="exit 1 when no relay answered for this long (default 300)")
+    p.add_argument(
+        "--until-caught-up",
+        action="store_true",
+        help="exit 0 once everything up to the relay's max SCN is printed",
+    )
+    p.add_argument(
+        "--give-up-after",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="exit 1 when no relay answered for this long (default 300)",
+    )
     p.set_defaults(run=run)
 
 
@@ -54,11 +78,17 @@ class JsonLinesConsumer(BaseConsumer):
 
 def run(args: argparse.Namespace) -> int:
     store: CheckpointStore = (
-        FileCheckpointStore(args.checkpoint_dir, args.name) if args.checkpoint_dir
-        else MemoryCheckpointStore())
+        FileCheckpointStore(args.checkpoint_dir, args.name)
+        if args.checkpoint_dir
+        else MemoryCheckpointStore()
+    )
     config = ClientConfig(
-        relays=tuple(args.relay), sources=tuple(args.sources or ()), partition=args.partition,
-        since_scn=args.since_scn, retry=RetryPolicy(give_up_after_s=args.give_up_after))
+        relays=tuple(args.relay),
+        sources=tuple(args.sources or ()),
+        partition=args.partition,
+        since_scn=args.since_scn,
+        retry=RetryPolicy(give_up_after_s=args.give_up_after),
+    )
     client = AsyncClient(config, JsonLinesConsumer(sys.stdout), store)
     return asyncio.run(_run(client, args.until_caught_up))
 

@@ -5,6 +5,14 @@ from sluice.client.client import AsyncClient, Client, ClientConfig, RetryPolicy
 from sluice.client.consumer import BaseConsumer, Consumer, ConsumerFailed
 
 __all__ = [
-    "AsyncClient", "BaseConsumer", "CheckpointStore", "Client", "ClientConfig", "Consumer",
-    "ConsumerFailed", "FileCheckpointStore", "MemoryCheckpointStore", "RetryPolicy",
+    "AsyncClient",
+    "BaseConsumer",
+    "CheckpointStore",
+    "Client",
+    "ClientConfig",
+    "Consumer",
+    "ConsumerFailed",
+    "FileCheckpointStore",
+    "MemoryCheckpointStore",
+    "RetryPolicy",
 ]

@@ -8,7 +8,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,20 +145,21 @@ class AsyncClient:
         self._relay_index = (self._relay_index + 1) % len(self._connections)
 
     async def _sleep(self, seconds: float) -> None:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), seconds)
-        except TimeoutError:
-            pass
 
     async def _pull(self, conn: RelayConnection, until_caught_up: bool) -> bool:
         """One ``/stream`` request; True when the relay said we are caught up."""
-        stream = conn.stream(self.scn, self.config.sources, self.config.partition,
-                             self.config.poll_timeout_ms)
+        stream = conn.stream(
+            self.scn, self.config.sources, self.config.partition, self.config.poll_timeout_ms
+        )
         async with contextlib.aclosing(stream):
             return await self._frames(conn, stream, until_caught_up)
 
     async def _frames(
-        self, conn: RelayConnection, stream: AsyncIterator[bytes | Heartbeat],
+        self,
+        conn: RelayConnection,
+        stream: AsyncGenerator[bytes | Heartbeat, None],
         until_caught_up: bool,
     ) -> bool:
         caught_up = False
@@ -185,12 +186,14 @@ class AsyncClient:
             try:
                 await self._deliver(window)
                 break
-            except Exception as exc:  # noqa: BLE001 - any consumer failure fails the window
+            except Exception as exc:
                 await _call(self.consumer.on_rollback(window.scn, exc))
                 if attempt >= self.config.retry.max_window_attempts:
                     raise ConsumerFailed(
                         f"consumer failed {attempt} times on window {window.scn}: {exc!r}; "
-                        f"the checkpoint stays at {self.scn}", scn=window.scn) from exc
+                        f"the checkpoint stays at {self.scn}",
+                        scn=window.scn,
+                    ) from exc
                 log.warning("consumer failed on window %d (%r); retrying", window.scn, exc)
                 await self._sleep(self.config.retry.delay(attempt))
                 if self._stop.is_set():

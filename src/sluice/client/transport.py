@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -76,20 +76,25 @@ class RelayConnection:
         return [TableSchema.from_avro(s) for s in body.get("versions", [])]
 
     async def stream(
-        self, since_scn: int, sources: tuple[str, ...], partition: str | None,
+        self,
+        since_scn: int,
+        sources: tuple[str, ...],
+        partition: str | None,
         timeout_ms: int,
-    ) -> AsyncIterator[bytes | Heartbeat]:
+    ) -> AsyncGenerator[bytes | Heartbeat, None]:
         params = {"since_scn": str(since_scn), "timeout_ms": str(timeout_ms)}
         if sources:
             params["sources"] = ",".join(sources)
         if partition:
             params["partition"] = partition
         parser = FrameParser()
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10,
-                                        sock_read=timeout_ms / 1000 + 30)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=10, sock_read=timeout_ms / 1000 + 30
+        )
         try:
-            async with self._session.get(self.url + "/stream", params=params,
-                                         timeout=timeout) as resp:
+            async with self._session.get(
+                self.url + "/stream", params=params, timeout=timeout
+            ) as resp:
                 if resp.status != 200:
                     _raise_for(resp.status, await _error_body(resp), self.url, since_scn)
                 async for chunk in resp.content.iter_any():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from sluice.core import wire
 from sluice.core.scn_index import SparseIndex
@@ -71,7 +71,9 @@ class EventBuffer:
 
     def format(self, start_scn: int) -> None:
         """Empty the buffer; it then holds everything after ``start_scn``."""
-        self._mem[0:_FILE_HEADER.size] = _FILE_HEADER.pack(FILE_MAGIC, FILE_VERSION, self.capacity)
+        self._mem[0 : _FILE_HEADER.size] = _FILE_HEADER.pack(
+            FILE_MAGIC, FILE_VERSION, self.capacity
+        )
         self._mem[self._start : self._start + 8] = b"\0" * 8
         self._reset_state(start_scn)
 
@@ -191,7 +193,9 @@ class EventBuffer:
             pos = self._mem.find(wire.WINDOW_MAGIC, pos, self._end)
             if pos < 0:
                 return records
-            if pos % wire.ALIGN == 0 and wire.window_is_valid(self._mem, pos, self._end):
+            if pos % wire.ALIGN == 0 and wire.window_is_valid(
+                cast(bytes, self._mem), pos, self._end
+            ):
                 header = wire.read_window_header(self._mem[pos : pos + 40])
                 records[header.scn] = (pos, header.total_len, header.prev_scn, header.n_events)
                 pos += header.total_len

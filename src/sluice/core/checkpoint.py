@@ -31,7 +31,9 @@ def decode_checkpoint(text: str, *, where: str = "checkpoint") -> Checkpoint:
     try:
         body = json.loads(text)
     except ValueError as exc:
-        raise CheckpointError(f"{where} is not valid JSON ({exc}); remove it to start over") from None
+        raise CheckpointError(
+            f"{where} is not valid JSON ({exc}); remove it to start over"
+        ) from None
     if not isinstance(body, dict) or body.get("version") != FORMAT_VERSION:
         raise CheckpointError(f"{where} has an unknown format: {text[:80]!r}")
     scn = body.get("scn")

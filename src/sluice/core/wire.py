@@ -38,7 +38,7 @@ _CRC_AT = WINDOW_HEADER_SIZE - 4
 
 @dataclass(frozen=True, slots=True)
 class RawEvent:
-    """An event with its row images serialized (Avro), as capture makes it and the buffer holds it."""
+    """An event with its row images serialized (Avro): made by capture, held by the buffer."""
 
     source: str
     op: Op
@@ -103,17 +103,24 @@ def read_window_header(data: bytes | memoryview, offset: int = 0) -> WindowHeade
     return WindowHeader(scn, prev, ts_ms, n_events, total)
 
 
-def window_is_valid(data: bytes | memoryview, offset: int, limit: int) -> bool:
+def window_is_valid(data: bytes | bytearray | memoryview, offset: int, limit: int) -> bool:
     """True when a complete, uncorrupted window record starts at ``offset``."""
     if offset + WINDOW_HEADER_SIZE > limit:
         return False
     magic, total, *_rest, crc = _WINDOW_HEADER.unpack_from(data, offset)
-    if magic != WINDOW_MAGIC or total < WINDOW_HEADER_SIZE or total % ALIGN or offset + total > limit:
+    if (
+        magic != WINDOW_MAGIC
+        or total < WINDOW_HEADER_SIZE
+        or total % ALIGN
+        or offset + total > limit
+    ):
         return False
     view = memoryview(data)
-    expect = zlib.crc32(view[offset + WINDOW_HEADER_SIZE : offset + total],
-                        zlib.crc32(view[offset : offset + _CRC_AT]))
-    return expect == crc
+    expect = zlib.crc32(
+        view[offset + WINDOW_HEADER_SIZE : offset + total],
+        zlib.crc32(view[offset : offset + _CRC_AT]),
+    )
+    return bool(expect == crc)
 
 
 def iter_event_spans(window: bytes | memoryview) -> Iterator[tuple[int, int, int, bytes]]:
@@ -139,7 +146,7 @@ def decode_events(window: bytes | memoryview) -> list[RawEvent]:
             raise DecodeError(f"corrupt event record in window {header.scn}", scn=header.scn)
         source = bytes(window[start : start + src_len]).decode()
         payload = bytes(window[start + src_len : pos + size])
-        out.append(RawEvent(source, op_char, version, key_hash, payload))  # type: ignore[arg-type]
+        out.append(RawEvent(source, op_char, version, key_hash, payload))
         pos += size
     return out
 

@@ -64,8 +64,13 @@ class Relay:
         url = parse_source_url(self.config.source.get_secret_value())
         store = self._store = BufferStore(self.config.data_dir, self.config.buffer_size)
         capture = self._capture = MySQLCapture(
-            url.params(), self.tables, self.registry, self._sink,
-            server_id=self.config.server_id, on_fatal=self._on_fatal)
+            url.params(),
+            self.tables,
+            self.registry,
+            self._sink,
+            server_id=self.config.server_id,
+            on_fatal=self._on_fatal,
+        )
         try:
             info = await asyncio.to_thread(capture.check)
             start = self._start_scn(store, info.end_scn)
@@ -89,8 +94,9 @@ class Relay:
         if store.restored and (buffer.window_count or persisted is not None):
             if persisted is not None and persisted > buffer.max_scn:
                 buffer.format(persisted)  # the buffer file was lost; the SCN was not
-            log.info("resuming after SCN %d (%d windows restored)", buffer.max_scn,
-                     buffer.window_count)
+            log.info(
+                "resuming after SCN %d (%d windows restored)", buffer.max_scn, buffer.window_count
+            )
             return buffer.max_scn
         if persisted is not None:
             buffer.format(persisted)
@@ -100,9 +106,13 @@ class Relay:
 
     async def _serve(self) -> None:
         # handler_cancellation: a long-poll whose client went away stops at once.
-        runner = self._runner = web.AppRunner(make_app(self), access_log=None,
-                                              handle_signals=False, handler_cancellation=True,
-                                              shutdown_timeout=5)
+        runner = self._runner = web.AppRunner(
+            make_app(self),
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            shutdown_timeout=5,
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.config.host, self.config.port)
         try:
@@ -110,7 +120,8 @@ class Relay:
         except OSError as exc:
             raise ConfigError(
                 f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}; "
-                "pick another --port") from None
+                "pick another --port"
+            ) from None
         server = site._server
         sockets = getattr(server, "sockets", None) or []
         if sockets:
@@ -141,7 +152,9 @@ class Relay:
         return await self.start()
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
@@ -228,12 +241,14 @@ class Relay:
         s = self.stats()
         cap = s["capture"]
         return [
-            ("min_scn", "gauge", s["min_scn"]), ("max_scn", "gauge", s["max_scn"]),
-            ("buffer_windows", "gauge", s["windows"]), ("buffer_events", "gauge", s["events"]),
-            ("buffer_bytes", "gauge", s["bytes"]), ("buffer_capacity_bytes", "gauge",
-                                                    s["buffer_capacity"]),
-            ("clients", "gauge", s["clients"]), ("served_bytes_total", "counter",
-                                                 s["bytes_served"]),
+            ("min_scn", "gauge", s["min_scn"]),
+            ("max_scn", "gauge", s["max_scn"]),
+            ("buffer_windows", "gauge", s["windows"]),
+            ("buffer_events", "gauge", s["events"]),
+            ("buffer_bytes", "gauge", s["bytes"]),
+            ("buffer_capacity_bytes", "gauge", s["buffer_capacity"]),
+            ("clients", "gauge", s["clients"]),
+            ("served_bytes_total", "counter", s["bytes_served"]),
             ("captured_windows_total", "counter", cap["windows"]),
             ("captured_events_total", "counter", cap["events"]),
             ("capture_lag_ms", "gauge", cap["lag_ms"]),

@@ -63,8 +63,11 @@ def parse_stream(
     sources = tuple(s for s in (p.strip() for p in raw_sources.split(",")) if s)
     unknown = [s for s in sources if s not in known]
     if unknown:
-        raise HttpProblem(404, f"unknown source {unknown[0]!r}; this relay captures: "
-                          + ", ".join(sorted(known)), sources=sorted(known))
+        raise HttpProblem(
+            404,
+            f"unknown source {unknown[0]!r}; this relay captures: " + ", ".join(sorted(known)),
+            sources=sorted(known),
+        )
     fmt = query.get("format", "binary")
     if fmt not in ("binary", "json"):
         raise HttpProblem(400, f"format must be binary or json, got {fmt[:20]!r}")

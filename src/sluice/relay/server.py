@@ -12,8 +12,8 @@ from aiohttp import web
 
 from sluice.core import wire
 from sluice.errors import BootstrapRequired, SchemaError
-from sluice.schemas.events import decode_window
 from sluice.relay.requests import HttpProblem, StreamRequest, parse_stream
+from sluice.schemas.events import decode_window
 
 if TYPE_CHECKING:
     from sluice.relay.relay import Relay
@@ -25,8 +25,9 @@ RELAY_KEY = web.AppKey("relay", object)
 
 
 def _json(status: int, body: Any) -> web.Response:
-    return web.Response(status=status, text=json.dumps(body) + "\n",
-                        content_type="application/json")
+    return web.Response(
+        status=status, text=json.dumps(body) + "\n", content_type="application/json"
+    )
 
 
 @web.middleware
@@ -39,7 +40,7 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json(exc.status, {"error": exc.reason})
     except (ConnectionResetError, asyncio.CancelledError):
         raise
-    except Exception as exc:  # noqa: BLE001 - nothing a client sends may crash the relay
+    except Exception as exc:
         log.exception("request %s failed", request.path_qs[:200])
         return _json(500, {"error": f"internal error: {type(exc).__name__}"})
 
@@ -69,15 +70,18 @@ class _Api:
         out = []
         for source in self.relay.tables:
             versions = registry.versions(source) if source in registry.sources() else []
-            out.append({"source": source,
-                        "schema_version": versions[-1].version if versions else None})
+            out.append(
+                {"source": source, "schema_version": versions[-1].version if versions else None}
+            )
         return _json(200, {"sources": out})
 
     async def schemas(self, request: web.Request) -> web.Response:
         source = request.match_info["source"]
         if source not in self.relay.tables:
-            raise HttpProblem(404, f"unknown source {source!r}; this relay captures: "
-                              + ", ".join(self.relay.tables))
+            raise HttpProblem(
+                404,
+                f"unknown source {source!r}; this relay captures: " + ", ".join(self.relay.tables),
+            )
         try:
             versions = self.relay.registry.versions(source)
         except SchemaError:
@@ -99,24 +103,36 @@ class _Api:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         relay = self.relay
-        req = parse_stream(request.query, frozenset(relay.tables),
-                           relay.config.max_response_bytes, relay.config.long_poll_ms)
+        req = parse_stream(
+            request.query,
+            frozenset(relay.tables),
+            relay.config.max_response_bytes,
+            relay.config.long_poll_ms,
+        )
         buffer = relay.buffer
         if req.since_scn < buffer.start_scn:
             raise HttpProblem(
-                410, f"since_scn {req.since_scn} is older than this relay holds; the oldest "
+                410,
+                f"since_scn {req.since_scn} is older than this relay holds; the oldest "
                 f"servable SCN is {buffer.start_scn}: bootstrap the consumer",
-                oldest_scn=buffer.start_scn, max_scn=buffer.max_scn)
+                oldest_scn=buffer.start_scn,
+                max_scn=buffer.max_scn,
+            )
         if req.since_scn > max(buffer.max_scn, relay.source_end_scn):
             raise HttpProblem(
-                409, f"since_scn {req.since_scn} is ahead of everything this relay and its "
+                409,
+                f"since_scn {req.since_scn} is ahead of everything this relay and its "
                 f"source have seen (max SCN {buffer.max_scn}): is the checkpoint from another "
-                "source, or was the source rebuilt?", max_scn=buffer.max_scn)
-        response = web.StreamResponse(headers={
-            "Content-Type": "application/x-ndjson" if req.json else BINARY_TYPE,
-            "X-Sluice-Max-Scn": str(buffer.max_scn),
-            "Cache-Control": "no-store",
-        })
+                "source, or was the source rebuilt?",
+                max_scn=buffer.max_scn,
+            )
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "application/x-ndjson" if req.json else BINARY_TYPE,
+                "X-Sluice-Max-Scn": str(buffer.max_scn),
+                "Cache-Control": "no-store",
+            }
+        )
         await response.prepare(request)
         relay.clients += 1
         try:

@@ -7,12 +7,12 @@ import json
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 
-from sluice.schemas.columns import Column, avro_name, canonical_converter, json_converter
 from sluice.errors import SchemaError
+from sluice.schemas.columns import Column, avro_name, canonical_converter, json_converter
 
 NAMESPACE = "sluice"
 
@@ -34,9 +34,12 @@ class TableSchema:
         fields = []
         for col in self.columns:
             entry: dict[str, Any] = {
-                "name": avro_name(col.name, taken), "type": col.avro_type(),
-                "sluice.column": col.name, "sluice.kind": col.kind,
-                "sluice.mysql_type": col.mysql_type, "sluice.nullable": col.nullable,
+                "name": avro_name(col.name, taken),
+                "type": col.avro_type(),
+                "sluice.column": col.name,
+                "sluice.kind": col.kind,
+                "sluice.mysql_type": col.mysql_type,
+                "sluice.nullable": col.nullable,
             }
             if col.kind == "decimal":
                 entry["sluice.precision"] = col.precision
@@ -57,15 +60,21 @@ class TableSchema:
         try:
             columns = tuple(
                 Column(
-                    name=f["sluice.column"], kind=f["sluice.kind"],
+                    name=f["sluice.column"],
+                    kind=f["sluice.kind"],
                     nullable=bool(f["sluice.nullable"]),
                     mysql_type=f["sluice.mysql_type"],
-                    precision=f.get("sluice.precision", 0), scale=f.get("sluice.scale", 0),
+                    precision=f.get("sluice.precision", 0),
+                    scale=f.get("sluice.scale", 0),
                 )
                 for f in schema["fields"]
             )
-            return cls(schema["sluice.source"], int(schema["sluice.version"]), columns,
-                       tuple(schema["sluice.primary_key"]))
+            return cls(
+                schema["sluice.source"],
+                int(schema["sluice.version"]),
+                columns,
+                tuple(schema["sluice.primary_key"]),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise SchemaError(f"not a Sluice table schema: missing {exc}") from None
 
@@ -95,7 +104,9 @@ class RowCodec:
     def __post_init__(self) -> None:
         row = self.schema.to_avro()
         envelope = {
-            "type": "record", "name": "Envelope", "namespace": row["namespace"],
+            "type": "record",
+            "name": "Envelope",
+            "namespace": row["namespace"],
             "fields": [
                 {"name": "before", "type": ["null", row]},
                 {"name": "after", "type": ["null", "Row"]},
@@ -131,7 +142,9 @@ class RowCodec:
 
     def decode(self, payload: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """Decode a payload into JSON-mapped ``(before, after)`` rows."""
-        record = fastavro.schemaless_reader(io.BytesIO(payload), self._parsed, None)
+        record = cast(
+            dict[str, Any], fastavro.schemaless_reader(io.BytesIO(payload), self._parsed, None)
+        )
         return self._row_json(record["before"]), self._row_json(record["after"])
 
     def _row_json(self, row: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -11,10 +11,29 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-KINDS = frozenset({
-    "int", "uint64", "float", "double", "decimal", "string", "enum", "set", "bytes", "date",
-    "datetime", "timestamp", "time", "year", "bit", "json", "uuid", "inet6", "geometry",
-})
+KINDS = frozenset(
+    {
+        "int",
+        "uint64",
+        "float",
+        "double",
+        "decimal",
+        "string",
+        "enum",
+        "set",
+        "bytes",
+        "date",
+        "datetime",
+        "timestamp",
+        "time",
+        "year",
+        "bit",
+        "json",
+        "uuid",
+        "inet6",
+        "geometry",
+    }
+)
 _NAME_RE = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -44,8 +63,12 @@ def _avro_base(col: Column) -> Any:
     if kind in ("float", "double"):
         return "double"
     if kind == "decimal":
-        return {"type": "bytes", "logicalType": "decimal", "precision": max(col.precision, 1),
-                "scale": col.scale}
+        return {
+            "type": "bytes",
+            "logicalType": "decimal",
+            "precision": max(col.precision, 1),
+            "scale": col.scale,
+        }
     if kind == "uint64":
         return {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 0}
     if kind in ("bytes", "geometry"):

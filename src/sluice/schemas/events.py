@@ -17,9 +17,16 @@ def decode_window(record: bytes, codec_for: CodecLookup) -> Window:
     for raw in wire.decode_events(record):
         codec = codec_for(raw.source, raw.schema_version)
         before, after = codec.decode(raw.payload)
-        events.append(Event(
-            scn=header.scn, source=raw.source, op=raw.op,
-            key=codec.key_of(after if after is not None else before),
-            before=before, after=after, ts_ms=header.ts_ms, schema_version=raw.schema_version,
-        ))
+        events.append(
+            Event(
+                scn=header.scn,
+                source=raw.source,
+                op=raw.op,
+                key=codec.key_of(after if after is not None else before),
+                before=before,
+                after=after,
+                ts_ms=header.ts_ms,
+                schema_version=raw.schema_version,
+            )
+        )
     return Window(header.scn, header.ts_ms, tuple(events))

@@ -6,6 +6,13 @@ from sluice.testing.relays import RelayProcess, RelayThread
 from sluice.testing.truth import table_rows
 
 __all__ = [
-    "MariaDBNotAvailable", "PrivateMariaDB", "RecordingConsumer", "RelayProcess", "RelayThread",
-    "ReplicaConsumer", "free_port", "key_text", "table_rows",
+    "MariaDBNotAvailable",
+    "PrivateMariaDB",
+    "RecordingConsumer",
+    "RelayProcess",
+    "RelayThread",
+    "ReplicaConsumer",
+    "free_port",
+    "key_text",
+    "table_rows",
 ]

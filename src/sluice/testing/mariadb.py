@@ -59,8 +59,13 @@ class PrivateMariaDB:
 
     def connect(self, database: str | None = None, **kwargs: Any) -> pymysql.Connection[Any]:
         return pymysql.connect(
-            host="127.0.0.1", port=self.port, user="root", password="", database=database,
-            autocommit=True, **kwargs,
+            host="127.0.0.1",
+            port=self.port,
+            user="root",
+            password="",
+            database=database,
+            autocommit=True,
+            **kwargs,
         )
 
     def start(self, timeout: float = 60.0) -> PrivateMariaDB:
@@ -69,14 +74,26 @@ class PrivateMariaDB:
             self._install(data)
         self.port = self.port or free_port()
         args = [
-            _find("mariadbd"), "--no-defaults", "--user=root", f"--datadir={data}",
-            f"--port={self.port}", "--bind-address=127.0.0.1",
-            f"--socket={self.base_dir / 'mysqld.sock'}", f"--pid-file={self.base_dir / 'mysqld.pid'}",
-            f"--log-error={self.base_dir / 'error.log'}", f"--log-bin={data / 'binlog'}",
-            "--server-id=1", "--binlog-format=ROW", "--binlog-row-image=FULL",
-            "--binlog-row-metadata=FULL", "--innodb-buffer-pool-size=64M",
-            "--innodb-log-file-size=32M", "--skip-name-resolve", "--max-connections=200",
-            "--character-set-server=utf8mb4", "--collation-server=utf8mb4_general_ci",
+            _find("mariadbd"),
+            "--no-defaults",
+            "--user=root",
+            f"--datadir={data}",
+            f"--port={self.port}",
+            "--bind-address=127.0.0.1",
+            f"--socket={self.base_dir / 'mysqld.sock'}",
+            f"--pid-file={self.base_dir / 'mysqld.pid'}",
+            f"--log-error={self.base_dir / 'error.log'}",
+            f"--log-bin={data / 'binlog'}",
+            "--server-id=1",
+            "--binlog-format=ROW",
+            "--binlog-row-image=FULL",
+            "--binlog-row-metadata=FULL",
+            "--innodb-buffer-pool-size=64M",
+            "--innodb-log-file-size=32M",
+            "--skip-name-resolve",
+            "--max-connections=200",
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_general_ci",
             *self.extra_args,
         ]
         self._proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -86,9 +103,16 @@ class PrivateMariaDB:
     def _install(self, data: Path) -> None:
         data.mkdir(parents=True, exist_ok=True)
         result = subprocess.run(
-            [_find("mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={data}",
-             "--auth-root-authentication-method=normal", "--skip-test-db"],
-            capture_output=True, check=False,
+            [
+                _find("mariadb-install-db"),
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={data}",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ],
+            capture_output=True,
+            check=False,
         )
         if result.returncode != 0:
             raise MariaDBNotAvailable(
@@ -99,7 +123,9 @@ class PrivateMariaDB:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
-                raise MariaDBNotAvailable(f"mariadbd exited early; see {self.base_dir / 'error.log'}")
+                raise MariaDBNotAvailable(
+                    f"mariadbd exited early; see {self.base_dir / 'error.log'}"
+                )
             try:
                 self.connect().close()
                 return
@@ -130,7 +156,9 @@ class PrivateMariaDB:
         return self.start()
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.stop()

@@ -74,11 +74,17 @@ class RelayProcess:
         with self.log_path.open("a") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "sluice.cli.main", "-v", "relay", *self.args],
-                stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+            )
         assert self.proc.stdout is not None
         result: list[str] = []
-        reader = threading.Thread(target=lambda: result.append(self.proc.stdout.readline()),  # type: ignore[union-attr]
-                                  daemon=True)
+        reader = threading.Thread(
+            target=lambda: result.append(self.proc.stdout.readline()),  # type: ignore[union-attr]
+            daemon=True,
+        )
         reader.start()
         reader.join(timeout)
         line = result[0] if result else ""

@@ -17,8 +17,18 @@ import pymysql
 from sluice.capture.binlog.values import shortest_float32
 from sluice.testing.consumers import key_text
 
-_BINARY = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "geometry",
-           "point", "linestring", "polygon"}
+_BINARY = {
+    "binary",
+    "varbinary",
+    "tinyblob",
+    "blob",
+    "mediumblob",
+    "longblob",
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+}
 
 
 def _time_text(value: dt.timedelta) -> str:
@@ -31,7 +41,7 @@ def _time_text(value: dt.timedelta) -> str:
     return f"{text}.{frac:06d}" if frac else text
 
 
-def json_value(data_type: str, scale: int, value: Any) -> Any:  # noqa: PLR0911
+def json_value(data_type: str, scale: int, value: Any) -> Any:
     if value is None:
         return None
     if data_type in ("date", "datetime", "timestamp") and isinstance(value, str):
@@ -66,17 +76,21 @@ def table_rows(conn: pymysql.Connection[Any], source: str) -> dict[str, dict[str
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, NUMERIC_SCALE, COLUMN_KEY FROM "
             "information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
-            "ORDER BY ORDINAL_POSITION", (schema, table))
+            "ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
         columns = list(cur.fetchall())
         cur.execute(
             "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS WHERE "
             "CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
-            (schema, table))
+            (schema, table),
+        )
         json_columns = {r[0] for r in cur.fetchall()}
         cur.execute(
             "SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE WHERE TABLE_SCHEMA=%s "
             "AND TABLE_NAME=%s AND CONSTRAINT_NAME='PRIMARY' ORDER BY ORDINAL_POSITION",
-            (schema, table))
+            (schema, table),
+        )
         key_columns = [r[0] for r in cur.fetchall()]
         # SET as text keeps the members in definition order; FLOAT's text form is rounded.
         casts = {"set": "CAST(`{}` AS CHAR)", "float": "CAST(`{}` AS DOUBLE)"}

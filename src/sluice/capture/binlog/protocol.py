@@ -32,8 +32,13 @@ class ConnectParams:
     def connect(self, **kwargs: Any) -> pymysql.Connection[Any]:
         try:
             return pymysql.connect(
-                host=self.host, port=self.port, user=self.user, password=self.password,
-                connect_timeout=self.connect_timeout, autocommit=True, **kwargs,
+                host=self.host,
+                port=self.port,
+                user=self.user,
+                password=self.password,
+                connect_timeout=self.connect_timeout,
+                autocommit=True,
+                **kwargs,
             )
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
@@ -137,5 +142,5 @@ class BinlogStream:
             pass
         try:
             conn.close()
-        except Exception:  # noqa: BLE001 - closing a dead socket may fail in many ways
+        except Exception:
             conn._force_close()

@@ -164,8 +164,18 @@ def parse_table_map(body: bytes) -> TableMap:
             f"table map for {schema}.{table} has no column names: set binlog_row_metadata=FULL"
         )
     columns = tuple(
-        BinlogColumn(d.name, d.type, d.nullable, d.unsigned, d.collation, d.members, d.length,
-                     d.precision, d.scale, d.bits)
+        BinlogColumn(
+            d.name,
+            d.type,
+            d.nullable,
+            d.unsigned,
+            d.collation,
+            d.members,
+            d.length,
+            d.precision,
+            d.scale,
+            d.bits,
+        )
         for d in drafts
     )
     return TableMap(table_id, schema, table, columns, primary_key, signature)

@@ -306,8 +306,13 @@ def make_decoder(col: BinlogColumn, kind: str, codec: str | None) -> ValueDecode
             return _uint64_decimal
         return _int(_INT_SIZES[ct], signed=not col.unsigned)
     simple: dict[int, ValueDecoder] = {
-        t.T_FLOAT: _float, t.T_DOUBLE: _double, t.T_YEAR: _year, t.T_DATE: _date,
-        t.T_NEWDATE: _date, t.T_TIMESTAMP: _old_timestamp, t.T_DATETIME: _old_datetime,
+        t.T_FLOAT: _float,
+        t.T_DOUBLE: _double,
+        t.T_YEAR: _year,
+        t.T_DATE: _date,
+        t.T_NEWDATE: _date,
+        t.T_TIMESTAMP: _old_timestamp,
+        t.T_DATETIME: _old_datetime,
         t.T_TIME: _old_time,
     }
     if ct in simple:
