@@ -1,0 +1,1 @@
+"""Sluice benchmarks: each measures its baseline in the same run and reports ratios."""

@@ -1,0 +1,19 @@
+"""``python -m benchmarks`` (``make bench``): capture throughput and delivery latency."""
+
+from __future__ import annotations
+
+import sys
+
+from benchmarks import capture, latency
+
+
+def main() -> int:
+    print("== capture: rows/s over the same binlog ==")
+    capture.run()
+    print("\n== latency: commit to consumer at 100 commits/s ==")
+    latency.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

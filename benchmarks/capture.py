@@ -1,0 +1,160 @@
+"""Capture rows/s: Sluice's capture vs python-mysql-replication vs mariadb-binlog, same binlog."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from typing import Any
+
+from benchmarks.common import table, write_results
+from sluice.capture import CapturedWindow, MySQLCapture
+from sluice.capture.metadata import end_scn
+from sluice.core.scn import scn_position
+from sluice.schemas import SchemaRegistry
+from sluice.testing import PrivateMariaDB
+
+DDL = (
+    "CREATE TABLE bench.t (id BIGINT PRIMARY KEY, a INT, b INT UNSIGNED, c VARCHAR(32), "
+    "d VARCHAR(64), e DECIMAL(10,2), f DOUBLE, g DATETIME, h DATE, i TINYINT, j TEXT)"
+)
+ROW_SQL = (
+    "SELECT seq + {off}, seq, seq * 7, CONCAT('name-', seq), REPEAT('x', 40), seq / 100, "
+    "seq * 1.5, '2024-01-02 03:04:05', '2024-01-02', seq % 100, 'some text' FROM seq_1_to_{n}"
+)
+
+
+def _load(db: PrivateMariaDB, rows: int, per_txn: int) -> tuple[int, int]:
+    conn = db.connect("bench")
+    cur = conn.cursor()
+    cur.execute("DROP TABLE IF EXISTS bench.t")
+    cur.execute(DDL)
+    start = end_scn(conn)
+    if per_txn == 1:
+        for i in range(rows):
+            cur.execute("INSERT INTO bench.t " + ROW_SQL.format(off=i, n=1))
+    else:
+        for off in range(0, rows, per_txn):
+            cur.execute("INSERT INTO bench.t " + ROW_SQL.format(off=off, n=per_txn))
+    stop = end_scn(conn)
+    conn.close()
+    return start, stop
+
+
+def _sluice(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
+    count = 0
+    done = threading.Event()
+
+    def sink(window: CapturedWindow) -> None:
+        nonlocal count
+        count += len(window.events)
+        if window.scn >= stop:
+            done.set()
+
+    from sluice.capture import parse_source_url
+
+    capture = MySQLCapture(parse_source_url(db.url).params(), ("bench.t",), SchemaRegistry(), sink)
+    began = time.perf_counter()
+    capture.start(start)
+    done.wait(600)
+    elapsed = time.perf_counter() - began
+    capture.stop()
+    return count, elapsed
+
+
+def _pymysqlrepl(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    began = time.perf_counter()
+    reader = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "passwd": ""},
+        server_id=4242,
+        log_file=f"binlog.{start >> 32:06d}",
+        log_pos=scn_position(start),
+        resume_stream=True,
+        blocking=False,
+        only_events=[WriteRowsEvent],
+        is_mariadb=False,
+    )
+    count = 0
+    for event in reader:
+        for row in event.rows:
+            count += 1
+            _ = row["values"]
+    reader.close()
+    return count, time.perf_counter() - began
+
+
+def _mariadb_binlog(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
+    began = time.perf_counter()
+    subprocess.run(
+        [
+            "mariadb-binlog",
+            "--read-from-remote-server",
+            "-h127.0.0.1",
+            f"-P{db.port}",
+            "-uroot",
+            "-v",
+            f"--start-position={scn_position(start)}",
+            f"binlog.{start >> 32:06d}",
+        ],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
+    return -1, time.perf_counter() - began
+
+
+def run(rows: int = 100_000, single: int = 5_000) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    with PrivateMariaDB() as db:
+        db.connect().cursor().execute("CREATE DATABASE bench")
+        for name, n, per_txn in (
+            ("insert_1000_per_txn", rows, 1000),
+            ("insert_1_per_txn", single, 1),
+        ):
+            start, stop = _load(db, n, per_txn)
+            measured = {}
+            for label, fn in (
+                ("sluice", _sluice),
+                ("python-mysql-replication", _pymysqlrepl),
+                ("mariadb-binlog", _mariadb_binlog),
+            ):
+                count, seconds = fn(db, start, stop)
+                if count >= 0 and count != n:
+                    raise RuntimeError(f"{label} saw {count} rows, expected {n}")
+                measured[label] = {
+                    "rows": n,
+                    "seconds": round(seconds, 3),
+                    "rows_per_s": round(n / seconds),
+                }
+            base = measured["python-mysql-replication"]["rows_per_s"]
+            measured["ratio_vs_python_mysql_replication"] = round(
+                measured["sluice"]["rows_per_s"] / base, 2
+            )
+            results[name] = measured
+    print(
+        table(
+            [
+                (
+                    "workload",
+                    "sluice rows/s",
+                    "py-mysql-repl rows/s",
+                    "mariadb-binlog rows/s",
+                    "ratio",
+                )
+            ]
+            + [
+                (
+                    k,
+                    str(v["sluice"]["rows_per_s"]),
+                    str(v["python-mysql-replication"]["rows_per_s"]),
+                    str(v["mariadb-binlog"]["rows_per_s"]),
+                    f"{v['ratio_vs_python_mysql_replication']}x",
+                )
+                for k, v in results.items()
+            ]
+        )
+    )
+    print("wrote", write_results("capture", results))
+    return results

@@ -1,0 +1,148 @@
+"""Commit-to-consumer latency through relay and client at a steady commit rate."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from benchmarks.common import table, write_results
+from sluice.client import AsyncClient, BaseConsumer, ClientConfig
+from sluice.core.event import Event
+from sluice.relay import Relay, RelayConfig
+from sluice.testing import PrivateMariaDB
+
+
+class _Arrivals(BaseConsumer):
+    def __init__(self) -> None:
+        self.seen: dict[int, float] = {}
+
+    def on_event(self, event: Event) -> None:
+        assert event.after is not None
+        self.seen[event.after["id"]] = time.perf_counter()
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50_ms": round(statistics.median(ordered), 2),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
+        "max_ms": round(ordered[-1], 2),
+        "n": len(ordered),
+    }
+
+
+async def _measure(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, Any]:
+    data = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+    config = RelayConfig(source=SecretStr(db.url), tables=["bench.lat"], data_dir=data, port=0)
+    async with Relay(config) as relay:
+        consumer = _Arrivals()
+        client = AsyncClient(
+            ClientConfig(relays=(f"http://127.0.0.1:{relay.port}",), since_scn=None), consumer
+        )
+        task = asyncio.create_task(client.run())
+        await asyncio.sleep(0.5)
+        commits: dict[int, float] = {}
+
+        def work() -> None:
+            conn = db.connect()
+            cur = conn.cursor()
+            for i in range(int(rate * seconds)):
+                began = time.perf_counter()
+                cur.execute("INSERT INTO bench.lat VALUES (%s, 'x')", (i,))
+                commits[i] = time.perf_counter()
+                time.sleep(max(0.0, 1 / rate - (time.perf_counter() - began)))
+            conn.close()
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        while worker.is_alive():
+            await asyncio.sleep(0.1)
+        deadline = time.monotonic() + 30
+        while len(consumer.seen) < len(commits) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        client.stop()
+        await task
+    return _percentiles([(consumer.seen[i] - t) * 1000 for i, t in commits.items()])
+
+
+def _direct_reader(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, Any]:
+    """Baseline: python-mysql-replication's arrival latency reading the binlog directly."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    conn = db.connect()
+    cur = conn.cursor()
+    cur.execute("SHOW MASTER STATUS")
+    log_file, log_pos = cur.fetchone()[:2]  # type: ignore[index]
+    arrivals: dict[int, float] = {}
+    reader = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "passwd": ""},
+        server_id=4343,
+        log_file=log_file,
+        log_pos=log_pos,
+        resume_stream=True,
+        blocking=True,
+        only_events=[WriteRowsEvent],
+        only_tables=["lat2"],
+    )
+    total = int(rate * seconds)
+
+    def read() -> None:
+        for event in reader:
+            for row in event.rows:
+                arrivals[row["values"]["id"]] = time.perf_counter()
+            if len(arrivals) >= total:
+                return
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    commits: dict[int, float] = {}
+    for i in range(total):
+        began = time.perf_counter()
+        cur.execute("INSERT INTO bench.lat2 VALUES (%s, 'x')", (i,))
+        commits[i] = time.perf_counter()
+        time.sleep(max(0.0, 1 / rate - (time.perf_counter() - began)))
+    thread.join(30)
+    reader.close()
+    conn.close()
+    return _percentiles([(arrivals[i] - t) * 1000 for i, t in commits.items() if i in arrivals])
+
+
+def run(rate: int = 100, seconds: float = 10.0) -> dict[str, Any]:
+    with PrivateMariaDB() as db:
+        with db.connect() as conn, conn.cursor() as cur:
+            cur.execute("CREATE DATABASE bench")
+            cur.execute("CREATE TABLE bench.lat (id INT PRIMARY KEY, v VARCHAR(10))")
+            cur.execute("CREATE TABLE bench.lat2 (id INT PRIMARY KEY, v VARCHAR(10))")
+        ours = asyncio.run(_measure(db, rate, seconds))
+        base = _direct_reader(db, rate, seconds)
+    results = {
+        "commits_per_s": rate,
+        "sluice_relay_client": ours,
+        "python_mysql_replication_direct": base,
+    }
+    print(
+        table(
+            [
+                ("path", "p50 ms", "p99 ms", "max ms", "n"),
+                (
+                    "sluice relay -> client",
+                    *(str(ours[k]) for k in ("p50_ms", "p99_ms", "max_ms", "n")),
+                ),
+                (
+                    "direct binlog reader",
+                    *(str(base[k]) for k in ("p50_ms", "p99_ms", "max_ms", "n")),
+                ),
+            ]
+        )
+    )
+    print("wrote", write_results("latency", results))
+    return results
