@@ -32,7 +32,7 @@ SCHEMA = TableSchema("db.t", 1, COLUMNS, ("id",))
 row_values = st.tuples(
     st.integers(-(2**63), 2**63 - 1),
     st.none() | st.integers(0, 2**64 - 1).map(Decimal),
-    st.none() | st.decimals(min_value=-(10**9), max_value=10**9, places=3, allow_nan=False),
+    st.none() | st.decimals(min_value=-(10**9) + 1, max_value=10**9 - 1, places=3, allow_nan=False),
     st.none() | st.text(max_size=20),
     st.none() | st.binary(max_size=20),
     st.none() | st.dates().map(lambda d: d.toordinal() - dt.date(1970, 1, 1).toordinal()),
