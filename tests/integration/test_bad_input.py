@@ -237,3 +237,10 @@ def test_tail_until_caught_up_resumes(
     second = sluice("tail", "--relay", relay.url, "--checkpoint-dir", ckpt, "--until-caught-up")
     events = [json.loads(x) for x in second.stdout.splitlines()]
     assert [(e["op"], e["before"]["v"], e["after"]["v"]) for e in events] == [("u", 1, 10)]
+
+
+def test_since_scn_in_a_purged_or_unknown_binlog_file(
+    mariadb: PrivateMariaDB, table: str, tmp_path: Path
+) -> None:
+    result = sluice(*relay_cmd(mariadb.url, table, tmp_path / "r", "--since-scn", "999:4"))
+    assert result.returncode == 1 and "binlog.000999 is not on the server" in result.stderr

@@ -74,6 +74,7 @@ class ServerInfo:
     log_base: str
     end_scn: int
     first_log: str
+    logs: tuple[str, ...]
     collations: dict[int, str | None]
 
 
@@ -104,7 +105,11 @@ def check_server(conn: pymysql.Connection[Any], tables: tuple[str, ...]) -> Serv
     logs = _query(conn, "SHOW BINARY LOGS")
     base, _ = split_log_name(status[0])
     return ServerInfo(
-        base, scn_of_log(status[0], int(status[1])), str(logs[0][0]), load_collations(conn)
+        base,
+        scn_of_log(status[0], int(status[1])),
+        str(logs[0][0]),
+        tuple(str(row[0]) for row in logs),
+        load_collations(conn),
     )
 
 

@@ -98,6 +98,14 @@ class MySQLCapture:
             raise SluiceError("capture already started")
         info = self._info or self.check()
         start = info.end_scn if since_scn is None else since_scn
+        wanted = log_name(info.log_base, scn_file_no(start))
+        if start and wanted not in info.logs:
+            raise SourceError(
+                f"cannot capture after SCN {start}: binlog file {wanted} is not on the server "
+                f"(it holds {info.logs[0]} .. {info.logs[-1]}); it was purged, or the SCN is "
+                "from another server. Give --since-scn 0 (oldest held) or leave it out (the end)",
+                scn=start,
+            )
         self.stats.last_scn = start
         self.stats.source_end_scn = info.end_scn
         self._thread = threading.Thread(target=self._run, name="sluice-capture", daemon=True)
