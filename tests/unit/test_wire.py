@@ -7,7 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice.core import wire
-from sluice.core.checkpoint import Online, decode_checkpoint, encode_checkpoint
+from sluice.core.checkpoint import (
+    CatchUp,
+    Online,
+    Snapshot,
+    decode_checkpoint,
+    encode_checkpoint,
+)
 from sluice.core.scn import make_scn, parse_scn, scn_file_no, scn_position
 from sluice.errors import CheckpointError, ConfigError, DecodeError
 
@@ -76,9 +82,17 @@ def test_corrupt_stream_is_an_error() -> None:
         wire.FrameParser().feed(b"JUNKJUNKJUNK")
 
 
-@given(scn=st.integers(0, 2**64 - 1))
-def test_checkpoint_codec_roundtrip(scn: int) -> None:
-    assert decode_checkpoint(encode_checkpoint(Online(scn))) == Online(scn)
+@given(
+    checkpoint=st.one_of(
+        st.builds(Online, st.integers(0, 2**64 - 1)),
+        st.builds(CatchUp, st.integers(0, 2**64 - 1)),
+        st.builds(
+            Snapshot, st.integers(0, 2**64 - 1), st.none() | st.text(), st.none() | st.text()
+        ),
+    )
+)
+def test_checkpoint_codec_roundtrip(checkpoint: Online | CatchUp | Snapshot) -> None:
+    assert decode_checkpoint(encode_checkpoint(checkpoint)) == checkpoint
 
 
 @pytest.mark.parametrize(
@@ -91,6 +105,8 @@ def test_checkpoint_codec_roundtrip(scn: int) -> None:
         '{"version": 2, "scn": 1}',
         '{"version": 1, "phase": "online", "scn": -1}',
         '{"version": 1, "phase": "online", "scn": "7"}',
+        '{"version": 1, "phase": "snapshot", "scn": 7, "key": 3}',
+        '{"version": 1, "phase": "later", "scn": 7}',
     ],
 )
 def test_bad_checkpoints(text: str) -> None:

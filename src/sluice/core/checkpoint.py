@@ -1,4 +1,11 @@
-"""Checkpoints: where a consumer stands, as a small tagged union with one JSON codec."""
+"""Checkpoints: where a consumer stands, as a small tagged union with one JSON codec.
+
+- ``Online(scn)``: consuming from a relay; every window with SCN <= scn was processed.
+- ``Snapshot(scn, source, key)``: reading the bootstrap snapshot consistent at ``scn``; every
+  row up to ``(source, key)`` in the snapshot's order was processed (None: none yet).
+- ``CatchUp(scn)``: replaying the bootstrap server's log after ``scn`` before returning to
+  the relay.
+"""
 
 from __future__ import annotations
 
@@ -13,16 +20,31 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True, slots=True)
 class Online:
-    """Consuming from a relay: every window with SCN <= ``scn`` was fully processed."""
-
     scn: int
 
 
-Checkpoint = Online
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    scn: int
+    source: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    scn: int
+
+
+Checkpoint = Online | Snapshot | CatchUp
+_PHASES = {"online": Online, "snapshot": Snapshot, "catchup": CatchUp}
 
 
 def encode_checkpoint(checkpoint: Checkpoint) -> str:
-    body: dict[str, Any] = {"version": FORMAT_VERSION, "phase": "online", "scn": checkpoint.scn}
+    body: dict[str, Any] = {"version": FORMAT_VERSION, "scn": checkpoint.scn}
+    if isinstance(checkpoint, Snapshot):
+        body.update(phase="snapshot", source=checkpoint.source, key=checkpoint.key)
+    else:
+        body["phase"] = "online" if isinstance(checkpoint, Online) else "catchup"
     return json.dumps(body, sort_keys=True)
 
 
@@ -36,9 +58,14 @@ def decode_checkpoint(text: str, *, where: str = "checkpoint") -> Checkpoint:
         ) from None
     if not isinstance(body, dict) or body.get("version") != FORMAT_VERSION:
         raise CheckpointError(f"{where} has an unknown format: {text[:80]!r}")
-    scn = body.get("scn")
-    if body.get("phase") != "online" or not isinstance(scn, int) or isinstance(scn, bool):
+    scn, phase = body.get("scn"), _PHASES.get(str(body.get("phase")))
+    if phase is None or not isinstance(scn, int) or isinstance(scn, bool):
         raise CheckpointError(f"{where} is corrupt: {text[:80]!r}")
     if not 0 <= scn < 1 << 64:
         raise CheckpointError(f"{where} holds an SCN out of range: {scn}")
-    return Online(scn)
+    if phase is Snapshot:
+        source, key = body.get("source"), body.get("key")
+        if not all(v is None or isinstance(v, str) for v in (source, key)):
+            raise CheckpointError(f"{where} is corrupt: {text[:80]!r}")
+        return Snapshot(scn, source, key)
+    return phase(scn)  # type: ignore[no-any-return]

@@ -13,11 +13,12 @@ from aiohttp import web
 
 from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
 from sluice.core.buffer import EventBuffer
-from sluice.errors import ConfigError, SluiceError, WindowTooLarge
+from sluice.errors import SluiceError, WindowTooLarge
 from sluice.relay.config import RelayConfig
 from sluice.relay.server import make_app
 from sluice.relay.store import BufferStore
 from sluice.schemas import SchemaRegistry
+from sluice.web import start_site
 
 log = logging.getLogger(__name__)
 
@@ -113,19 +114,7 @@ class Relay:
             handler_cancellation=True,
             shutdown_timeout=5,
         )
-        await runner.setup()
-        site = web.TCPSite(runner, self.config.host, self.config.port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot listen on {self.config.host}:{self.config.port}: {exc.strerror}; "
-                "pick another --port"
-            ) from None
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        self.port = await start_site(runner, self.config.host, self.config.port)
         log.info("relay listening on http://%s:%d", self.config.host, self.port)
 
     async def stop(self) -> None:

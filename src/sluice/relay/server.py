@@ -5,48 +5,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from sluice.core import wire
+from sluice.core.requests import HttpProblem, StreamRequest, parse_stream
 from sluice.errors import BootstrapRequired, SchemaError
-from sluice.relay.requests import HttpProblem, StreamRequest, parse_stream
 from sluice.schemas.events import decode_window
+from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text
 
 if TYPE_CHECKING:
     from sluice.relay.relay import Relay
 
 log = logging.getLogger(__name__)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-BINARY_TYPE = "application/x-sluice-stream"
 RELAY_KEY = web.AppKey("relay", object)
 
 
-def _json(status: int, body: Any) -> web.Response:
-    return web.Response(
-        status=status, text=json.dumps(body) + "\n", content_type="application/json"
-    )
-
-
-@web.middleware
-async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except HttpProblem as exc:
-        return _json(exc.status, exc.body)
-    except web.HTTPException as exc:
-        return _json(exc.status, {"error": exc.reason})
-    except (ConnectionResetError, asyncio.CancelledError):
-        raise
-    except Exception as exc:
-        log.exception("request %s failed", request.path_qs[:200])
-        return _json(500, {"error": f"internal error: {type(exc).__name__}"})
-
-
 def make_app(relay: Relay) -> web.Application:
-    app = web.Application(middlewares=[_errors])
+    app = web.Application(middlewares=[errors_as_json])
     app[RELAY_KEY] = relay
     api = _Api(relay)
     app.router.add_get("/stream", api.stream)
@@ -63,7 +40,7 @@ class _Api:
         self.relay = relay
 
     async def stats(self, request: web.Request) -> web.Response:
-        return _json(200, self.relay.stats())
+        return json_response(200, self.relay.stats())
 
     async def sources(self, request: web.Request) -> web.Response:
         registry = self.relay.registry
@@ -73,7 +50,7 @@ class _Api:
             out.append(
                 {"source": source, "schema_version": versions[-1].version if versions else None}
             )
-        return _json(200, {"sources": out})
+        return json_response(200, {"sources": out})
 
     async def schemas(self, request: web.Request) -> web.Response:
         source = request.match_info["source"]
@@ -86,20 +63,17 @@ class _Api:
             versions = self.relay.registry.versions(source)
         except SchemaError:
             versions = []
-        return _json(200, {"source": source, "versions": [s.to_avro() for s in versions]})
+        return json_response(200, {"source": source, "versions": [s.to_avro() for s in versions]})
 
     async def healthz(self, request: web.Request) -> web.Response:
         error = self.relay.capture_error
         if error is not None:
-            return _json(503, {"status": "capture stopped", "error": str(error)})
-        return _json(200, {"status": "ok"})
+            return json_response(503, {"status": "capture stopped", "error": str(error)})
+        return json_response(200, {"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        lines = []
-        for name, kind, value in self.relay.metrics():
-            lines.append(f"# TYPE sluice_relay_{name} {kind}")
-            lines.append(f"sluice_relay_{name} {value}")
-        return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+        text = metrics_text("sluice_relay", self.relay.metrics())
+        return web.Response(text=text, content_type="text/plain")
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         relay = self.relay
@@ -185,12 +159,12 @@ class _Streamer:
         kept = [w for w in (wire.filter_window(w, self.req.filter) for w in windows) if w]
         if not kept:
             return
-        data = self._json(kept) if self.req.json else b"".join(kept)
+        data = self.json_response(kept) if self.req.json else b"".join(kept)
         self.sent += len(data)
         self.relay.bytes_served += len(data)
         await self.response.write(data)
 
-    def _json(self, windows: list[bytes]) -> bytes:
+    def json_response(self, windows: list[bytes]) -> bytes:
         lines = []
         for window in windows:
             for event in decode_window(window, self.relay.registry.codec).events:

@@ -1,4 +1,4 @@
-"""Parsing ``/stream`` query strings into a validated request (pure, no I/O)."""
+"""Parsing ``/stream`` query strings (relay and bootstrap server) into a validated request."""
 
 from __future__ import annotations
 
