@@ -41,7 +41,7 @@ async def _error_body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     return body if isinstance(body, dict) else {"error": str(body)}
 
 
-def _raise_for(status: int, body: dict[str, Any], url: str, since_scn: int | None) -> None:
+def raise_for_status(status: int, body: dict[str, Any], url: str, since_scn: int | None) -> None:
     message = f"{url}: {body.get('error', f'HTTP {status}')}"
     if status == 410:
         raise BootstrapRequired(message, scn=since_scn, oldest_scn=body.get("oldest_scn"))
@@ -65,7 +65,7 @@ class RelayConnection:
         try:
             async with self._session.get(self.url + path) as resp:
                 if resp.status != 200:
-                    _raise_for(resp.status, await _error_body(resp), self.url, None)
+                    raise_for_status(resp.status, await _error_body(resp), self.url, None)
                 body: dict[str, Any] = await resp.json()
                 return body
         except aiohttp.ClientError as exc:
@@ -96,7 +96,7 @@ class RelayConnection:
                 self.url + "/stream", params=params, timeout=timeout
             ) as resp:
                 if resp.status != 200:
-                    _raise_for(resp.status, await _error_body(resp), self.url, since_scn)
+                    raise_for_status(resp.status, await _error_body(resp), self.url, since_scn)
                 async for chunk in resp.content.iter_any():
                     for frame in parser.feed(chunk):
                         yield frame

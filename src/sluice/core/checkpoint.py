@@ -1,8 +1,9 @@
 """Checkpoints: where a consumer stands, as a small tagged union with one JSON codec.
 
 - ``Online(scn)``: consuming from a relay; every window with SCN <= scn was processed.
-- ``Snapshot(scn, source, key)``: reading the bootstrap snapshot consistent at ``scn``; every
-  row up to ``(source, key)`` in the snapshot's order was processed (None: none yet).
+- ``Snapshot(scn, source, row)``: reading the bootstrap snapshot consistent at ``scn``; every
+  row of the sources before ``source``, and of ``source`` up to row number ``row`` in the
+  snapshot's order, was processed (``source`` None: nothing yet).
 - ``CatchUp(scn)``: replaying the bootstrap server's log after ``scn`` before returning to
   the relay.
 """
@@ -27,7 +28,7 @@ class Online:
 class Snapshot:
     scn: int
     source: str | None = None
-    key: str | None = None
+    row: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,7 @@ _PHASES = {"online": Online, "snapshot": Snapshot, "catchup": CatchUp}
 def encode_checkpoint(checkpoint: Checkpoint) -> str:
     body: dict[str, Any] = {"version": FORMAT_VERSION, "scn": checkpoint.scn}
     if isinstance(checkpoint, Snapshot):
-        body.update(phase="snapshot", source=checkpoint.source, key=checkpoint.key)
+        body.update(phase="snapshot", source=checkpoint.source, row=checkpoint.row)
     else:
         body["phase"] = "online" if isinstance(checkpoint, Online) else "catchup"
     return json.dumps(body, sort_keys=True)
@@ -64,8 +65,8 @@ def decode_checkpoint(text: str, *, where: str = "checkpoint") -> Checkpoint:
     if not 0 <= scn < 1 << 64:
         raise CheckpointError(f"{where} holds an SCN out of range: {scn}")
     if phase is Snapshot:
-        source, key = body.get("source"), body.get("key")
-        if not all(v is None or isinstance(v, str) for v in (source, key)):
+        source, row = body.get("source"), body.get("row")
+        if not (source is None or isinstance(source, str)) or not isinstance(row, int):
             raise CheckpointError(f"{where} is corrupt: {text[:80]!r}")
-        return Snapshot(scn, source, key)
+        return Snapshot(scn, source, row)
     return phase(scn)  # type: ignore[no-any-return]

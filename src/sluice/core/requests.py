@@ -83,3 +83,17 @@ def parse_stream(
         max_bytes=_int(query, "max_bytes", max_bytes, 1, 256 * 1024 * 1024),
         timeout_ms=_int(query, "timeout_ms", long_poll_ms, 0, 300_000),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsRequest:
+    since_scn: int
+    filter: Filter
+    max_events: int
+
+
+def parse_offsets(query: Mapping[str, str], known: frozenset[str]) -> OffsetsRequest:
+    """``/offsets?since_scn=N&max_events=M[&sources=a,b]``: where M events after N end."""
+    stream = parse_stream(query, known, 1, 0)
+    max_events = _int(query, "max_events", 2**62, 1, 2**62)
+    return OffsetsRequest(stream.since_scn, Filter(stream.filter.sources, None), max_events)

@@ -171,6 +171,15 @@ class Filter:
         return True
 
 
+def count_events(window: bytes | memoryview, flt: Filter) -> int:
+    """How many of a window's events ``flt`` keeps (headers only)."""
+    if flt.is_open:
+        return read_window_header(window).n_events
+    return sum(
+        1 for _s, _e, key_hash, source in iter_event_spans(window) if flt.keeps(key_hash, source)
+    )
+
+
 def filter_window(window: bytes, flt: Filter) -> bytes | None:
     """The window with only the events ``flt`` keeps: itself, a rebuilt record, or None."""
     if flt.is_open:

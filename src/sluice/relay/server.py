@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from sluice.core import wire
-from sluice.core.requests import HttpProblem, StreamRequest, parse_stream
+from sluice.core.requests import HttpProblem, StreamRequest, parse_offsets, parse_stream
 from sluice.errors import BootstrapRequired, SchemaError
 from sluice.schemas.events import decode_window
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text
@@ -27,6 +27,7 @@ def make_app(relay: Relay) -> web.Application:
     app[RELAY_KEY] = relay
     api = _Api(relay)
     app.router.add_get("/stream", api.stream)
+    app.router.add_get("/offsets", api.offsets)
     app.router.add_get("/stats", api.stats)
     app.router.add_get("/sources", api.sources)
     app.router.add_get("/schemas/{source}", api.schemas)
@@ -38,6 +39,31 @@ def make_app(relay: Relay) -> web.Application:
 class _Api:
     def __init__(self, relay: Relay) -> None:
         self.relay = relay
+
+    async def offsets(self, request: web.Request) -> web.Response:
+        """The SCN at which ``max_events`` events after ``since_scn`` end (whole windows)."""
+        req = parse_offsets(request.query, frozenset(self.relay.tables))
+        buffer = self.relay.buffer
+        if req.since_scn < buffer.start_scn:
+            raise HttpProblem(
+                410,
+                f"since_scn {req.since_scn} is older than this relay holds",
+                oldest_scn=buffer.start_scn,
+            )
+        scn, events, cursor = req.since_scn, 0, None
+        while events < req.max_events:
+            windows, cursor = buffer.read(scn, 1 << 20, cursor)
+            if not windows:
+                break
+            for window in windows:
+                count = wire.count_events(window, req.filter)
+                if events and events + count > req.max_events:
+                    return json_response(
+                        200, {"scn": scn, "events": events, "max_scn": buffer.max_scn}
+                    )
+                events += count
+                scn = wire.read_window_header(window).scn
+        return json_response(200, {"scn": scn, "events": events, "max_scn": buffer.max_scn})
 
     async def stats(self, request: web.Request) -> web.Response:
         return json_response(200, self.relay.stats())

@@ -1,0 +1,160 @@
+"""Reading SCN ranges and snapshots for Spark: relays first, the bootstrap server as fallback."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from sluice.core.wire import Heartbeat, decode_events, read_window_header
+from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SchemaError
+from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
+from sluice.spark.http import frames, get_json
+from sluice.spark.options import SourceOptions
+
+_registries: dict[tuple[str, ...], SchemaRegistry] = {}  # per worker process
+
+
+class Fetcher:
+    """Stateless apart from a per-process schema cache, so it pickles to workers cheaply."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    # -- servers -----------------------------------------------------------------------------
+    def _relay_call(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+        errors = []
+        for url in self.options.relays:
+            try:
+                return get_json(url, path, params)
+            except RelayUnavailable as exc:
+                errors.append(str(exc))
+        raise RelayUnavailable("no relay answered: " + "; ".join(errors))
+
+    def relay_stats(self) -> dict[str, Any]:
+        return self._relay_call("/stats")
+
+    def bootstrap_stats(self) -> dict[str, Any]:
+        return get_json(self._bootstrap(), "/stats")
+
+    def _bootstrap(self) -> str:
+        if self.options.bootstrap is None:
+            raise BootstrapRequired(
+                "the relay no longer holds the requested SCN; set option bootstrap to a "
+                "bootstrap server URL, or start later (startingScn=earliest)"
+            )
+        return self.options.bootstrap
+
+    def check_sources(self) -> None:
+        known = {s["source"] for s in self._relay_call("/sources")["sources"]}
+        unknown = [s for s in self.options.sources if s not in known]
+        if unknown:
+            raise SchemaError(
+                f"unknown source {unknown[0]!r}; the relay captures: " + ", ".join(sorted(known))
+            )
+
+    def offset_after(self, since_scn: int, max_events: int) -> dict[str, Any]:
+        params = {"since_scn": str(since_scn), "max_events": str(max_events)}
+        if self.options.sources:
+            params["sources"] = ",".join(self.options.sources)
+        try:
+            return self._relay_call("/offsets", params)
+        except BootstrapRequired:
+            return get_json(self._bootstrap(), "/offsets", params)
+
+    # -- schemas -----------------------------------------------------------------------------
+    def schema(self, source: str) -> TableSchema:
+        versions = self._relay_call(f"/schemas/{source}")["versions"]
+        if not versions:
+            raise SchemaError(f"no schema yet for {source}: no row of it was captured")
+        return TableSchema.from_avro(versions[-1])
+
+    def codec(self, source: str, version: int) -> RowCodec:
+        registry = _registries.setdefault(self.options.relays, SchemaRegistry())
+        try:
+            return registry.codec(source, version)
+        except SchemaError:
+            bases = [
+                *self.options.relays,
+                *([self.options.bootstrap] if self.options.bootstrap else []),
+            ]
+            for base in bases:
+                try:
+                    for schema in get_json(base, f"/schemas/{source}")["versions"]:
+                        registry.add(TableSchema.from_avro(schema))
+                    return registry.codec(source, version)
+                except (RelayUnavailable, SchemaError):
+                    continue
+            raise
+
+    # -- data --------------------------------------------------------------------------------
+    def _params(self, since: int, index: int, count: int) -> dict[str, str]:
+        params = {"since_scn": str(since), "timeout_ms": "0", "max_bytes": str(8 << 20)}
+        if self.options.sources:
+            params["sources"] = ",".join(self.options.sources)
+        if count > 1:
+            params["partition"] = f"{index}/{count}"
+        return params
+
+    def windows(self, start: int, end: int, index: int, count: int) -> Iterator[bytes]:
+        """Windows with ``start < scn <= end`` in key partition ``index/count``."""
+        scn, idle = start, 0
+        while scn < end:
+            progressed = False
+            for frame in self._stream(scn, index, count):
+                frame_scn = (
+                    frame.scn if isinstance(frame, Heartbeat) else read_window_header(frame).scn
+                )
+                if frame_scn > end:
+                    return
+                if not isinstance(frame, Heartbeat):
+                    yield frame
+                if frame_scn > scn:
+                    scn, progressed = frame_scn, True
+                if scn >= end:
+                    return
+            idle = 0 if progressed else idle + 1
+            if idle > 600:
+                raise RelayUnavailable(f"no relay reached SCN {end} (stuck at {scn})")
+            if not progressed:
+                time.sleep(0.1)
+
+    def _stream(self, since: int, index: int, count: int) -> Iterator[bytes | Heartbeat]:
+        params = self._params(since, index, count)
+        errors = []
+        for url in self.options.relays:
+            try:
+                yield from frames(url, "/stream", params)
+                return
+            except BootstrapRequired:
+                break
+            except RelayUnavailable as exc:
+                errors.append(str(exc))
+        else:
+            raise RelayUnavailable("no relay answered: " + "; ".join(errors))
+        yield from frames(self._bootstrap(), "/stream", params)
+
+    def snapshot_windows(self, index: int, count: int) -> Iterator[bytes]:
+        """Every row of the bootstrap snapshot (key partition ``index/count``), resumable."""
+        after: str | None = None
+        while True:
+            params = self._params(0, index, count)
+            del params["since_scn"], params["timeout_ms"]
+            if after is not None:
+                params["after"] = after
+            done = False
+            for frame in frames(self._bootstrap(), "/snapshot", params):
+                if isinstance(frame, Heartbeat):
+                    done = True
+                    break
+                yield frame
+                after = _last_cursor(frame)
+            if done:
+                return
+            if after is None:
+                raise ConfigError("the bootstrap server sent an empty, unfinished snapshot")
+
+
+def _last_cursor(window: bytes) -> str:
+    """Snapshot windows hold rows of one source; ``prev_scn`` carries the last row's number."""
+    return f"{decode_events(window)[0].source}:{read_window_header(window).prev_scn}"

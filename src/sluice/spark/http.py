@@ -1,0 +1,71 @@
+"""Blocking HTTP for Spark's driver and workers: JSON GETs and framed ``/stream`` bodies."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from sluice.client.transport import raise_for_status
+from sluice.core.wire import FrameParser, Heartbeat
+from sluice.errors import RelayUnavailable
+
+_TIMEOUT_S = 60.0
+
+
+def _connect(base: str) -> http.client.HTTPConnection:
+    parts = urlsplit(base)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    return cls(parts.hostname or "127.0.0.1", parts.port, timeout=_TIMEOUT_S)
+
+
+def _open(
+    base: str, path: str, params: dict[str, str]
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    conn = _connect(base)
+    try:
+        conn.request("GET", f"{path}?{urlencode(params)}" if params else path)
+        resp = conn.getresponse()
+    except OSError as exc:
+        conn.close()
+        raise RelayUnavailable(f"{base}: {exc}") from None
+    if resp.status != 200:
+        body = resp.read()
+        conn.close()
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = {"error": f"HTTP {resp.status}"}
+        raise_for_status(
+            resp.status,
+            parsed if isinstance(parsed, dict) else {},
+            base,
+            int(params.get("since_scn", 0)) if params else None,
+        )
+    return conn, resp
+
+
+def get_json(base: str, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
+    conn, resp = _open(base, path, params or {})
+    try:
+        body: dict[str, Any] = json.loads(resp.read())
+        return body
+    finally:
+        conn.close()
+
+
+def frames(base: str, path: str, params: dict[str, str]) -> Iterator[bytes | Heartbeat]:
+    """Windows and heartbeats of one ``/stream`` (or ``/snapshot``) response."""
+    conn, resp = _open(base, path, params)
+    parser = FrameParser()
+    try:
+        while chunk := resp.read1(1 << 20):
+            yield from parser.feed(chunk)
+    except OSError as exc:
+        raise RelayUnavailable(f"{base}: {exc}") from None
+    finally:
+        conn.close()
+    if parser.pending:
+        raise RelayUnavailable(f"{base}: stream cut in the middle of a window")

@@ -1,0 +1,83 @@
+"""The ``sluice`` data source's options, parsed once on the driver (a picklable value)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sluice.client.transport import check_relay_url
+from sluice.core.scn import parse_scn
+from sluice.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    relays: tuple[str, ...]
+    sources: tuple[str, ...]
+    starting: str  # "earliest", "latest", or an SCN as text
+    ending: str | None  # batch reads: "latest" or an SCN
+    bootstrap: str | None
+    partitions: int
+    max_events: int | None
+    typed: bool
+    include_raw: bool  # internal: seq, key_hash and payload for the bootstrap store
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    value = options.get(name, "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"option {name} must be true or false, got {value!r}")
+    return value == "true"
+
+
+def _positive(options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"option {name} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"option {name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _scn_option(value: str, name: str, words: tuple[str, ...]) -> str:
+    value = value.strip().lower()
+    if value not in words:
+        parse_scn(value)  # raises ConfigError naming the problem
+    return value
+
+
+def parse_options(raw: Mapping[str, str]) -> SourceOptions:
+    options = {k.lower(): v for k, v in raw.items()}
+    relays = tuple(u.strip() for u in options.get("relay", "").split(",") if u.strip())
+    if not relays:
+        raise ConfigError('the sluice source needs option("relay", "http://HOST:PORT")')
+    for url in relays:
+        check_relay_url(url)
+    bootstrap = options.get("bootstrap")
+    if bootstrap:
+        check_relay_url(bootstrap)
+    sources = tuple(s.strip() for s in options.get("sources", "").split(",") if s.strip())
+    for source in sources:
+        if source.count(".") != 1:
+            raise ConfigError(f"source {source!r} must be DB.TABLE")
+    typed = _flag(options, "typed")
+    if typed and len(sources) != 1:
+        raise ConfigError("typed=true needs exactly one source in option sources")
+    ending = options.get("endingscn")
+    return SourceOptions(
+        relays=relays,
+        sources=sources,
+        starting=_scn_option(
+            options.get("startingscn", "earliest"), "startingScn", ("earliest", "latest")
+        ),
+        ending=_scn_option(ending, "endingScn", ("latest",)) if ending else None,
+        bootstrap=bootstrap.rstrip("/") if bootstrap else None,
+        partitions=_positive(options, "partitions") or 1,
+        max_events=_positive(options, "maxeventspertrigger"),
+        typed=typed,
+        include_raw=_flag(options, "includeraw"),
+    )

@@ -1,0 +1,200 @@
+"""Events to Arrow record batches: the generic columns, or a table's own typed columns."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from collections.abc import Callable, Iterable
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+
+from sluice.core import wire
+from sluice.schemas import Column, RowCodec, TableSchema
+
+GENERIC_DDL = (
+    "scn long, source string, op string, ts timestamp, key string, before string, "
+    "after string, schema_version int"
+)
+RAW_DDL = ", seq int, key_hash long, payload binary"
+_TS = pa.timestamp("us", tz="UTC")
+GENERIC_ARROW = [
+    ("scn", pa.int64()),
+    ("source", pa.string()),
+    ("op", pa.string()),
+    ("ts", _TS),
+    ("key", pa.string()),
+    ("before", pa.string()),
+    ("after", pa.string()),
+    ("schema_version", pa.int32()),
+]
+RAW_ARROW = [("seq", pa.int32()), ("key_hash", pa.int64()), ("payload", pa.binary())]
+
+CodecLookup = Callable[[str, int], RowCodec]
+
+
+def _dumps(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class GenericRows:
+    """Accumulates events as the generic columns."""
+
+    def __init__(self, include_raw: bool, op_override: str | None = None) -> None:
+        fields = GENERIC_ARROW + (RAW_ARROW if include_raw else [])
+        self.schema = pa.schema([pa.field(n, t) for n, t in fields])
+        self.columns: list[list[Any]] = [[] for _ in fields]
+        self.include_raw = include_raw
+        self.op_override = op_override
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
+        header = wire.read_window_header(record)
+        ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
+        for seq, raw in enumerate(wire.decode_events(record)):
+            codec = codec_for(raw.source, raw.schema_version)
+            before, after = codec.decode(raw.payload)
+            key = codec.key_of(after if after is not None else before)
+            values: list[Any] = [
+                header.scn,
+                raw.source,
+                self.op_override or raw.op,
+                ts,
+                _dumps(key),
+                _dumps(before),
+                _dumps(after),
+                raw.schema_version,
+            ]
+            if self.include_raw:
+                values += [seq, raw.key_hash, raw.payload]
+            for column, value in zip(self.columns, values, strict=True):
+                column.append(value)
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(c, type=f.type) for c, f in zip(self.columns, self.schema, strict=True)]
+        self.columns = [[] for _ in self.columns]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+# -- typed rows ---------------------------------------------------------------------------------
+_SPARK = {
+    "int": "long",
+    "year": "long",
+    "bit": "long",
+    "float": "double",
+    "double": "double",
+    "bytes": "binary",
+    "geometry": "binary",
+    "date": "date",
+    "datetime": "timestamp_ntz",
+    "timestamp": "timestamp",
+    "set": "array<string>",
+    "uint64": "decimal(20,0)",
+}
+_ARROW = {
+    "int": pa.int64(),
+    "year": pa.int64(),
+    "bit": pa.int64(),
+    "float": pa.float64(),
+    "double": pa.float64(),
+    "bytes": pa.binary(),
+    "geometry": pa.binary(),
+    "date": pa.date32(),
+    "datetime": pa.timestamp("us"),
+    "timestamp": _TS,
+    "set": pa.list_(pa.string()),
+    "uint64": pa.decimal128(20, 0),
+}
+
+
+def _spark_type(col: Column) -> str:
+    if col.kind == "decimal":
+        return f"decimal({col.precision},{col.scale})"
+    return _SPARK.get(col.kind, "string")
+
+
+def _arrow_type(col: Column) -> pa.DataType:
+    if col.kind == "decimal":
+        return pa.decimal128(col.precision, col.scale) if col.precision <= 38 else pa.string()
+    return _ARROW.get(col.kind, pa.string())
+
+
+def typed_ddl(schema: TableSchema) -> str:
+    parts = [
+        f"`{c.name}` {_spark_type(c) if c.kind != 'decimal' or c.precision <= 38 else 'string'}"
+        for c in schema.columns
+    ]
+    return ", ".join([*parts, "_scn long", "_op string", "_ts timestamp"])
+
+
+def _from_json(kind: str) -> Callable[[Any], Any]:
+    converters: dict[str, Callable[[Any], Any]] = {
+        "decimal": Decimal,
+        "uint64": Decimal,
+        "bytes": base64.b64decode,
+        "geometry": base64.b64decode,
+        "date": dt.date.fromisoformat,
+        "datetime": dt.datetime.fromisoformat,
+        "timestamp": lambda v: dt.datetime.fromisoformat(v.rstrip("Z")).replace(tzinfo=dt.UTC),
+        "json": lambda v: json.dumps(v, ensure_ascii=False),
+    }
+    return converters.get(kind, lambda v: v)
+
+
+class TypedRows:
+    """Accumulates the row image (after, or before for deletes) as the table's own columns."""
+
+    def __init__(self, schema: TableSchema, op_override: str | None = None) -> None:
+        self.op_override = op_override
+        self.columns_def = schema.columns
+        fields = [pa.field(c.name, _arrow_type(c)) for c in schema.columns]
+        fields += [pa.field("_scn", pa.int64()), pa.field("_op", pa.string()), pa.field("_ts", _TS)]
+        self.schema = pa.schema(fields)
+        self.convert = [
+            _from_json(c.kind)
+            if _arrow_type(c) != pa.string() or c.kind == "json"
+            else (lambda v: v)
+            for c in schema.columns
+        ]
+        self.columns: list[list[Any]] = [[] for _ in fields]
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
+        header = wire.read_window_header(record)
+        ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
+        for raw in wire.decode_events(record):
+            before, after = codec_for(raw.source, raw.schema_version).decode(raw.payload)
+            row = after if after is not None else before or {}
+            for i, col in enumerate(self.columns_def):
+                value = row.get(col.name)
+                self.columns[i].append(None if value is None else self.convert[i](value))
+            n = len(self.columns_def)
+            for j, value in enumerate((header.scn, self.op_override or raw.op, ts)):
+                self.columns[n + j].append(value)
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(c, type=f.type) for c, f in zip(self.columns, self.schema, strict=True)]
+        self.columns = [[] for _ in self.columns]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+def chunks(
+    rows: GenericRows | TypedRows,
+    windows: Iterable[bytes],
+    codec_for: CodecLookup,
+    size: int = 8192,
+) -> Iterable[pa.RecordBatch]:
+    for record in windows:
+        rows.add_window(record, codec_for)
+        if len(rows) >= size:
+            yield rows.batch()
+    if len(rows):
+        yield rows.batch()

@@ -1,0 +1,185 @@
+"""The ``sluice`` PySpark data source: streaming and batch reads of a relay.
+
+Offsets are ``{"scn": N, "phase": "log"}``: the batch ``(start, end]`` holds the whole windows
+with ``start < SCN <= end``. With a bootstrap server, a first offset ``{"phase": "snapshot"}``
+makes the first batch the snapshot (``r`` rows at the snapshot's SCN); later batches read the
+log after it, from the relay or, while the relay no longer holds it, from the bootstrap server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from sluice.errors import BootstrapRequired
+from sluice.spark.fetch import Fetcher
+from sluice.spark.options import SourceOptions, parse_options
+from sluice.spark.rows import GENERIC_DDL, RAW_DDL, GenericRows, TypedRows, chunks, typed_ddl
+
+
+@dataclass(frozen=True)
+class ScnRange(InputPartition):
+    start: int
+    end: int
+    index: int
+    count: int
+    snapshot: bool = False
+
+
+class _Reading:
+    """What the stream and batch readers share: options, the fetcher, reading partitions."""
+
+    def __init__(self, options: SourceOptions, typed_schema: Any) -> None:
+        self.options = options
+        self.fetcher = Fetcher(options)
+        self.typed_schema = typed_schema
+
+    def _rows(self, snapshot: bool) -> GenericRows | TypedRows:
+        op = "r" if snapshot else None
+        if self.typed_schema is not None:
+            return TypedRows(self.typed_schema, op)
+        return GenericRows(self.options.include_raw, op)
+
+    def _read(self, part: ScnRange) -> Iterator[pa.RecordBatch]:
+        if part.snapshot:
+            windows = self.fetcher.snapshot_windows(part.index, part.count)
+        else:
+            windows = self.fetcher.windows(part.start, part.end, part.index, part.count)
+        yield from chunks(self._rows(part.snapshot), windows, self.fetcher.codec)
+
+    def _split(self, start: int, end: int, snapshot: bool = False) -> list[ScnRange]:
+        n = self.options.partitions
+        return [ScnRange(start, end, i, n, snapshot) for i in range(n)]
+
+    def _starting_offset(self) -> dict[str, Any]:
+        self.fetcher.check_sources()
+        stats = self.fetcher.relay_stats()
+        starting = self.options.starting
+        if starting == "earliest":
+            scn = int(stats["min_scn"])
+        elif starting == "latest":
+            scn = int(stats["max_scn"])
+        else:
+            scn = int(starting)
+        if self.options.bootstrap and (scn == 0 or scn < int(stats["min_scn"])):
+            boot = self.fetcher.bootstrap_stats()
+            if scn == 0 or scn < int(boot["log_start_scn"]):
+                return {"scn": 0, "phase": "snapshot"}
+        elif scn < int(stats["min_scn"]):
+            raise BootstrapRequired(
+                f"startingScn {scn} is older than the relay holds (oldest {stats['min_scn']}); "
+                "set option bootstrap, or startingScn=earliest",
+                scn=scn,
+            )
+        return {"scn": scn, "phase": "log"}
+
+    def _available(self) -> int:
+        stats = self.fetcher.relay_stats()
+        return int(stats["max_scn"])
+
+
+class SluiceStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions, typed_schema: Any) -> None:
+        super().__init__(options, typed_schema)
+        self._target: int | None = None
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802
+        return self._starting_offset()
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.options.max_events:
+            return ReadMaxRows(self.options.max_events)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self._target = self._available()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        if start.get("phase") == "snapshot":
+            return {"scn": int(self.fetcher.bootstrap_stats()["snapshot_scn"]), "phase": "log"}
+        since = int(start["scn"])
+        latest = self._available() if self._target is None else self._target
+        if latest <= since:
+            return start
+        if isinstance(limit, ReadMaxRows):
+            found = self.fetcher.offset_after(since, limit.max_rows)
+            latest = min(latest, int(found["scn"]))
+        return {"scn": max(latest, since), "phase": "log"}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ScnRange]:
+        if start.get("phase") == "snapshot":
+            return self._split(0, int(end["scn"]), snapshot=True)
+        return self._split(int(start["scn"]), int(end["scn"]))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ScnRange)
+        return self._read(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark's checkpoint records progress; the relay keeps no per-reader state."""
+
+
+class SluiceBatchReader(_Reading, DataSourceReader):
+    def partitions(self) -> Sequence[ScnRange]:
+        start = self._starting_offset()
+        ending = self.options.ending or "latest"
+        end = self._available() if ending == "latest" else int(ending)
+        parts: list[ScnRange] = []
+        if start["phase"] == "snapshot":
+            snapshot_scn = int(self.fetcher.bootstrap_stats()["snapshot_scn"])
+            parts += self._split(0, snapshot_scn, snapshot=True)
+            start = {"scn": snapshot_scn}
+        if end > int(start["scn"]):
+            parts += self._split(int(start["scn"]), end)
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, ScnRange)
+        return self._read(partition)
+
+
+class SluiceDataSource(DataSource):
+    """``spark.readStream.format("sluice").option("relay", URL)...``; see the README."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "sluice"
+
+    def _options(self) -> SourceOptions:
+        return parse_options(dict(self.options))
+
+    def _typed(self, options: SourceOptions) -> Any:
+        if not options.typed:
+            return None
+        return Fetcher(options).schema(options.sources[0])
+
+    def schema(self) -> str:
+        options = self._options()
+        typed = self._typed(options)
+        if typed is not None:
+            return typed_ddl(typed)
+        return GENERIC_DDL + (RAW_DDL if options.include_raw else "")
+
+    def streamReader(self, schema: StructType) -> SluiceStreamReader:  # noqa: N802
+        options = self._options()
+        return SluiceStreamReader(options, self._typed(options))
+
+    def reader(self, schema: StructType) -> SluiceBatchReader:
+        options = self._options()
+        return SluiceBatchReader(options, self._typed(options))
