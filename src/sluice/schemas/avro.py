@@ -147,6 +147,15 @@ class RowCodec:
         )
         return self._row_json(record["before"]), self._row_json(record["after"])
 
+    def snapshot_payload(self, payload: bytes) -> bytes:
+        """The payload of an ``r`` event: the after image of ``payload``, no before image."""
+        reader = io.BytesIO(payload)
+        record = cast(dict[str, Any], fastavro.schemaless_reader(reader, self._parsed, None))
+        out = io.BytesIO()
+        row = record["after"] if record["after"] is not None else record["before"]
+        fastavro.schemaless_writer(out, self._parsed, {"before": None, "after": row})
+        return out.getvalue()
+
     def _row_json(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
         if row is None:
             return None

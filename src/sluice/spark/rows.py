@@ -35,10 +35,13 @@ RAW_ARROW = [("seq", pa.int32()), ("key_hash", pa.int64()), ("payload", pa.binar
 CodecLookup = Callable[[str, int], RowCodec]
 
 
-def _dumps(value: Any) -> str | None:
+def _dumps(value: Any, canonical: bool = False) -> str | None:
+    """JSON text; ``canonical`` (sorted, compact) for keys, whose text is hashed and compared."""
     if value is None:
         return None
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if canonical:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False)
 
 
 class GenericRows:
@@ -66,7 +69,7 @@ class GenericRows:
                 raw.source,
                 self.op_override or raw.op,
                 ts,
-                _dumps(key),
+                _dumps(key, canonical=True),
                 _dumps(before),
                 _dumps(after),
                 raw.schema_version,

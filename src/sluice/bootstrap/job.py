@@ -1,0 +1,140 @@
+"""``sluice bootstrap run``: a Spark Structured Streaming job from the relay into the store."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F  # noqa: N812
+
+from sluice.bootstrap.fold import fold
+from sluice.bootstrap.store import BootstrapStore
+from sluice.errors import SluiceError
+from sluice.spark import register
+from sluice.spark.fetch import Fetcher
+from sluice.spark.http import get_json
+from sluice.spark.options import parse_options
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    relays: tuple[str, ...]
+    sources: tuple[str, ...]
+    store: str
+    since_scn: int | None = None
+    master: str | None = None
+    trigger_s: float = 2.0
+    fold_every_s: float = 30.0
+    once: bool = False  # read what the relay holds now, fold, and exit
+
+
+def spark_session(master: str | None = None, app: str = "sluice-bootstrap") -> Any:
+    """A session tuned for small machines unless spark-submit already configured one."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app)
+    if master or "SPARK_HOME" not in os.environ:
+        builder = builder.master(master or "local[2]")
+    for key, value in (
+        ("spark.ui.enabled", "false"),
+        ("spark.sql.shuffle.partitions", "4"),
+        ("spark.sql.session.timeZone", "UTC"),
+        ("spark.driver.host", "127.0.0.1"),
+    ):
+        if key != "spark.driver.host" or not master or master.startswith("local"):
+            builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def save_schemas(relays: tuple[str, ...], sources: tuple[str, ...], store: BootstrapStore) -> None:
+    """Keep every schema version in the store, so its events stay decodable on their own."""
+    body = {}
+    for source in sources:
+        body[source] = get_json(relays[0], f"/schemas/{source}")["versions"]
+    store.write_json(body, "schemas.json")
+
+
+class BootstrapJob:
+    """Start with ``run()``; ``stop()`` from another thread (or a signal) ends it."""
+
+    def __init__(self, config: JobConfig, spark: Any | None = None) -> None:
+        self.config = config
+        self.store = BootstrapStore(config.store)
+        self._spark = spark
+        self._stop = threading.Event()
+        self.query: Any = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _reader_options(self, start: int) -> dict[str, str]:
+        return {
+            "relay": ",".join(self.config.relays),
+            "sources": ",".join(self.config.sources),
+            "startingScn": str(start),
+            "includeRaw": "true",
+        }
+
+    def _prepare(self) -> int:
+        options = self._reader_options(0)
+        fetcher = Fetcher(parse_options(options))
+        fetcher.check_sources()
+        stats = fetcher.relay_stats()
+        start = int(stats["min_scn"]) if self.config.since_scn is None else self.config.since_scn
+        if start < int(stats["min_scn"]):
+            raise SluiceError(
+                f"the relay no longer holds SCN {start} (oldest {stats['min_scn']})"
+                "; start the bootstrap store at a held SCN"
+            )
+        return self.store.create(start, self.config.sources).log_start_scn
+
+    def run(self) -> None:
+        start = self._prepare()
+        spark = self._spark or spark_session(self.config.master)
+        register(spark)
+        save_schemas(self.config.relays, self.config.sources, self.store)
+        stream = (
+            spark.readStream.format("sluice")
+            .options(**self._reader_options(start))
+            .load()
+            .withColumn("log_file", F.shiftright("scn", 32))
+        )
+        writer = (
+            stream.writeStream.format("parquet")
+            .partitionBy("source", "log_file")
+            .option("path", self.store.spark_path("log"))
+            .option("checkpointLocation", self.store.spark_path("checkpoints", "log"))
+        )
+        if self.config.once:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{self.config.trigger_s} seconds")
+        self.query = writer.start()
+        log.info(
+            "bootstrap job streaming %s into %s", ",".join(self.config.sources), self.store.uri
+        )
+        try:
+            self._loop(spark)
+        finally:
+            if self.query.isActive:
+                self.query.stop()
+        save_schemas(self.config.relays, self.config.sources, self.store)
+        fold(spark, self.store)
+
+    def _loop(self, spark: Any) -> None:
+        if self.config.once:
+            self.query.awaitTermination()
+            return
+        while not self._stop.is_set() and self.query.isActive:
+            if self._stop.wait(self.config.fold_every_s):
+                break
+            save_schemas(self.config.relays, self.config.sources, self.store)
+            fold(spark, self.store)
+        if self.query.exception() is not None:
+            raise SluiceError(f"the bootstrap stream failed: {self.query.exception()}")

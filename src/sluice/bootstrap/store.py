@@ -1,0 +1,128 @@
+"""The bootstrap store's layout, on any filesystem pyarrow understands (local path or URI).
+
+STORE/sluice-store.json      marker + where the log starts (log_start_scn)
+STORE/log/                   the change log: Parquet written by Spark's file sink,
+                             partitioned by source and log_file (= SCN >> 32)
+STORE/checkpoints/log/       the Spark streaming query's checkpoint
+STORE/snapshots/scn=N/       one snapshot generation, consistent at SCN N for every source,
+                             partitioned by source
+STORE/snapshots/CURRENT      {"scn": N}: the published generation (replaced atomically)
+STORE/schemas.json           every schema version of the captured sources
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from sluice.errors import ConfigError
+
+log = logging.getLogger(__name__)
+MARKER = "sluice-store.json"
+KEEP_SNAPSHOTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class StoreMeta:
+    log_start_scn: int
+    sources: tuple[str, ...]
+
+
+class BootstrapStore:
+    def __init__(self, uri: str) -> None:
+        if "://" not in uri:
+            uri = str(Path(uri).resolve())
+        self.uri = uri.rstrip("/")
+        try:
+            self.fs, self.root = pafs.FileSystem.from_uri(self.uri)
+        except (ValueError, OSError) as exc:
+            raise ConfigError(f"cannot open store {uri!r}: {exc}") from None
+
+    # -- paths (URIs for Spark, plain paths for pyarrow.fs) ----------------------------------
+    def spark_path(self, *parts: str) -> str:
+        return "/".join([self.uri, *parts])
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def exists(self, *parts: str) -> bool:
+        return bool(self.fs.get_file_info(self.path(*parts)).type != pafs.FileType.NotFound)
+
+    def read_json(self, *parts: str) -> Any:
+        with self.fs.open_input_stream(self.path(*parts)) as stream:
+            return json.loads(stream.read())
+
+    def write_json(self, body: Any, *parts: str) -> None:
+        """Write then move into place: readers see the old file or the new one."""
+        target = self.path(*parts)
+        tmp = target + ".tmp"
+        self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        with self.fs.open_output_stream(tmp) as stream:
+            stream.write(json.dumps(body, indent=1).encode())
+        self.fs.move(tmp, target)
+
+    # -- marker ------------------------------------------------------------------------------
+    def create(self, log_start_scn: int, sources: tuple[str, ...]) -> StoreMeta:
+        """Initialise a new store, or check an existing one was made for the same sources."""
+        if self.exists(MARKER):
+            meta = self.meta()
+            if set(sources) - set(meta.sources):
+                raise ConfigError(
+                    f"store {self.uri} holds {', '.join(meta.sources)}; new sources need a new "
+                    "store (their history before now is not in this log)"
+                )
+            return meta
+        info = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        if info:
+            raise ConfigError(
+                f"{self.uri} is not empty and not a Sluice bootstrap store; "
+                "give an empty or new directory"
+            )
+        self.write_json(
+            {"log_start_scn": log_start_scn, "sources": list(sources), "format": 1}, MARKER
+        )
+        return StoreMeta(log_start_scn, sources)
+
+    def meta(self) -> StoreMeta:
+        if not self.exists(MARKER):
+            raise ConfigError(
+                f"{self.uri} is not a Sluice bootstrap store (no {MARKER}); "
+                "create one with `sluice bootstrap run`"
+            )
+        try:
+            body = self.read_json(MARKER)
+            return StoreMeta(int(body["log_start_scn"]), tuple(body["sources"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{self.uri}/{MARKER} is corrupt: {exc}") from None
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def current_snapshot(self) -> int | None:
+        if not self.exists("snapshots", "CURRENT"):
+            return None
+        return int(self.read_json("snapshots", "CURRENT")["scn"])
+
+    def snapshot_dir(self, scn: int) -> str:
+        return f"snapshots/scn={scn}"
+
+    def publish(self, scn: int) -> None:
+        self.write_json({"scn": scn}, "snapshots", "CURRENT")
+        self._prune(scn)
+
+    def _prune(self, current: int) -> None:
+        selector = pafs.FileSelector(self.path("snapshots"), allow_not_found=True)
+        generations = sorted(
+            int(i.base_name.split("=", 1)[1])
+            for i in self.fs.get_file_info(selector)
+            if i.base_name.startswith("scn=") and i.type == pafs.FileType.Directory
+        )
+        for old in [g for g in generations if g < current][: -(KEEP_SNAPSHOTS - 1) or None]:
+            log.info("removing old snapshot generation %d", old)
+            self.fs.delete_dir(self.path(self.snapshot_dir(old)))
+
+    def has_log(self) -> bool:
+        return self.exists("log", "_spark_metadata")
