@@ -1,0 +1,240 @@
+"""``sluice bootstrap serve``: catch-up and snapshots over HTTP, in the relay's wire formats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from sluice.bootstrap.reader import StoreReader
+from sluice.bootstrap.store import BootstrapStore
+from sluice.core import wire
+from sluice.core.requests import HttpProblem, parse_offsets, parse_partition, parse_stream
+from sluice.schemas.events import decode_window
+from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text, start_site
+
+log = logging.getLogger(__name__)
+_CHUNK = 256 * 1024
+
+
+class BootstrapServer:
+    """``async with BootstrapServer(store_uri, port=0) as server:``; ``server.port``."""
+
+    def __init__(self, store: str, host: str = "127.0.0.1", port: int = 7080) -> None:
+        self.reader = StoreReader(BootstrapStore(store))
+        self.host, self.port = host, port
+        self.sources = self.reader.meta.sources
+        self.requests = 0
+        self.rows_served = 0
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> BootstrapServer:
+        app = web.Application(middlewares=[errors_as_json])
+        for path, handler in (
+            ("/stream", self.stream),
+            ("/snapshot", self.snapshot),
+            ("/offsets", self.offsets),
+            ("/stats", self.stats),
+            ("/sources", self.list_sources),
+            ("/schemas/{source}", self.schemas),
+            ("/metrics", self.metrics),
+            ("/healthz", self.healthz),
+        ):
+            app.router.add_get(path, handler)
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            handler_cancellation=True,
+            shutdown_timeout=5,
+        )
+        self.port = await start_site(self._runner, self.host, self.port)
+        log.info(
+            "bootstrap server for %s on http://%s:%d", self.reader.store.uri, self.host, self.port
+        )
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> BootstrapServer:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- handlers ----------------------------------------------------------------------------
+    def _stats(self) -> dict[str, Any]:
+        view = self.reader.view()
+        snapshot = self.reader.store.current_snapshot()
+        return {
+            "log_start_scn": self.reader.meta.log_start_scn,
+            "min_scn": self.reader.meta.log_start_scn,
+            "max_scn": view.max_scn,
+            "log_files": len(view.files),
+            "snapshot_scn": snapshot,
+            "snapshots": dict.fromkeys(self.sources, snapshot),
+            "sources": list(self.sources),
+            "rows_served": self.rows_served,
+        }
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return json_response(200, await asyncio.to_thread(self._stats))
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return json_response(200, {"status": "ok"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        stats = await asyncio.to_thread(self._stats)
+        text = metrics_text(
+            "sluice_bootstrap",
+            [
+                ("log_max_scn", "gauge", stats["max_scn"]),
+                ("snapshot_scn", "gauge", stats["snapshot_scn"] or 0),
+                ("rows_served_total", "counter", self.rows_served),
+                ("requests_total", "counter", self.requests),
+            ],
+        )
+        return web.Response(text=text, content_type="text/plain")
+
+    async def list_sources(self, request: web.Request) -> web.Response:
+        return json_response(200, {"sources": [{"source": s} for s in self.sources]})
+
+    async def schemas(self, request: web.Request) -> web.Response:
+        source = request.match_info["source"]
+        if source not in self.sources:
+            raise HttpProblem(
+                404, f"unknown source {source!r}; this store holds: " + ", ".join(self.sources)
+            )
+        body = await asyncio.to_thread(self.reader.reload_schemas)
+        return json_response(200, {"source": source, "versions": body.get(source, [])})
+
+    async def offsets(self, request: web.Request) -> web.Response:
+        req = parse_offsets(request.query, frozenset(self.sources))
+        self._check_since(req.since_scn)
+
+        def count() -> dict[str, Any]:
+            scn, events = req.since_scn, 0
+            for frame in self.reader.log_windows(req.since_scn, req.filter, 1 << 62):
+                if isinstance(frame, wire.Heartbeat):
+                    break
+                n = wire.count_events(frame, req.filter)
+                if events and events + n > req.max_events:
+                    break
+                events += n
+                scn = wire.read_window_header(frame).scn
+                if events >= req.max_events:
+                    break
+            return {"scn": scn, "events": events}
+
+        return json_response(200, await asyncio.to_thread(count))
+
+    def _check_since(self, since: int) -> None:
+        start = self.reader.meta.log_start_scn
+        if since < start:
+            raise HttpProblem(
+                410,
+                f"since_scn {since} is older than this store's log (it "
+                f"starts after {start}): read the snapshot first",
+                oldest_scn=start,
+            )
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        req = parse_stream(request.query, frozenset(self.sources), 8 << 20, 0)
+        self._check_since(req.since_scn)
+        frames = self.reader.log_windows(req.since_scn, req.filter, req.max_bytes)
+        return await self._send(request, frames, req.json)
+
+    async def snapshot(self, request: web.Request) -> web.StreamResponse:
+        query = request.query
+        current = self.reader.store.current_snapshot()
+        if current is None:
+            raise HttpProblem(503, "no snapshot yet: the bootstrap job has not folded the log")
+        scn = (
+            int(query.get("snapshot_scn", current))
+            if query.get("snapshot_scn", "").isdigit()
+            else current
+        )
+        if scn != current and not self.reader.store.exists(self.reader.store.snapshot_dir(scn)):
+            raise HttpProblem(
+                410,
+                f"snapshot {scn} is gone; restart from snapshot {current}",
+                snapshot_scn=current,
+            )
+        req = parse_stream({**query, "since_scn": "0"}, frozenset(self.sources), 8 << 20, 0)
+        after = _parse_after(query.get("after"))
+        parse_partition(query.get("partition"))
+        sources = list(req.sources or self.sources)
+        frames = self.reader.snapshot_windows(scn, sources, req.filter, after, req.max_bytes)
+        return await self._send(request, frames, req.json, {"X-Sluice-Snapshot-Scn": str(scn)})
+
+    async def _send(
+        self,
+        request: web.Request,
+        frames: Iterator[bytes | wire.Heartbeat],
+        as_json: bool,
+        headers: dict[str, str] | None = None,
+    ) -> web.StreamResponse:
+        self.requests += 1
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "application/x-ndjson" if as_json else BINARY_TYPE,
+                "Cache-Control": "no-store",
+                **(headers or {}),
+            }
+        )
+        await response.prepare(request)
+        done = False
+        while not done:
+            chunk, done = await asyncio.to_thread(_next_chunk, frames, as_json, self)
+            if chunk:
+                await response.write(chunk)
+        await response.write_eof()
+        return response
+
+
+def _parse_after(raw: str | None) -> tuple[str, int] | None:
+    if not raw:
+        return None
+    source, _, row = raw.rpartition(":")
+    if not source or not row.lstrip("-").isdigit():
+        raise HttpProblem(400, f"after must be SOURCE:ROW, got {raw[:60]!r}")
+    return source, int(row)
+
+
+def _next_chunk(
+    frames: Iterator[bytes | wire.Heartbeat], as_json: bool, server: BootstrapServer
+) -> tuple[bytes, bool]:
+    """Up to ``_CHUNK`` bytes of frames (run in a thread: pyarrow and Avro work block)."""
+    parts: list[bytes] = []
+    size = 0
+    for frame in frames:
+        if isinstance(frame, wire.Heartbeat):
+            if not as_json:
+                parts.append(wire.encode_heartbeat(frame.scn))
+            return b"".join(parts), True
+        if as_json:
+            window = decode_window(frame, server.reader.codec)
+            text = "".join(
+                json.dumps(e.to_json_dict(), ensure_ascii=False) + "\n" for e in window.events
+            )
+            frame = text.encode()
+        else:
+            server.rows_served += wire.read_window_header(frame).n_events
+        parts.append(frame)
+        size += len(frame)
+        if size >= _CHUNK:
+            return b"".join(parts), False
+    return b"".join(parts), True
