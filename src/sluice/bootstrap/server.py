@@ -225,16 +225,15 @@ def _next_chunk(
             if not as_json:
                 parts.append(wire.encode_heartbeat(frame.scn))
             return b"".join(parts), True
+        server.rows_served += wire.read_window_header(frame).n_events
+        data = frame
         if as_json:
             window = decode_window(frame, server.reader.codec)
-            text = "".join(
+            data = "".join(
                 json.dumps(e.to_json_dict(), ensure_ascii=False) + "\n" for e in window.events
-            )
-            frame = text.encode()
-        else:
-            server.rows_served += wire.read_window_header(frame).n_events
-        parts.append(frame)
-        size += len(frame)
+            ).encode()
+        parts.append(data)
+        size += len(data)
         if size >= _CHUNK:
             return b"".join(parts), False
     return b"".join(parts), True
