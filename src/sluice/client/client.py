@@ -1,4 +1,11 @@
-"""The client: pulls windows from relays, calls the consumer, persists the checkpoint."""
+"""The client: pulls windows from relays (or a bootstrap server), calls the consumer, and
+persists the checkpoint after each window.
+
+Phases follow the checkpoint: ``Online`` reads a relay; when every relay answers 410 and a
+bootstrap server is configured, ``CatchUp`` replays its log (if it still reaches back to the
+checkpoint) or ``Snapshot`` reads its snapshot and then catches up from the snapshot's SCN.
+Then the client returns to the relay by itself.
+"""
 
 from __future__ import annotations
 
@@ -17,9 +24,9 @@ import aiohttp
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
 from sluice.client.consumer import Consumer, ConsumerFailed
 from sluice.client.transport import RelayConnection, check_relay_url
-from sluice.core.checkpoint import Checkpoint, Online
+from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import Window
-from sluice.core.wire import Heartbeat, decode_events
+from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
 from sluice.schemas.events import decode_window
@@ -46,6 +53,7 @@ class ClientConfig:
     sources: tuple[str, ...] = ()
     partition: str | None = None
     since_scn: int | None = None  # without a checkpoint; None: the oldest SCN the relay holds
+    bootstrap: str | None = None  # a bootstrap server: snapshot + catch-up when behind
     poll_timeout_ms: int = 10_000
     checkpoint_interval_s: float = 0.1  # saves are batched; replays stay at-least-once
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -53,7 +61,7 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if not self.relays:
             raise ConfigError("give at least one relay URL")
-        for url in self.relays:
+        for url in (*self.relays, *([self.bootstrap] if self.bootstrap else [])):
             check_relay_url(url)
 
 
@@ -72,64 +80,97 @@ class AsyncClient:
         self.consumer = consumer
         self.store: CheckpointStore = store or MemoryCheckpointStore()
         self.registry = SchemaRegistry()
-        self.scn = 0
+        self.checkpoint: Checkpoint = Online(0)
         self.windows = 0
         self.events = 0
-        self._saved_scn = -1
+        self._saved: Checkpoint | None = None
         self._last_save = 0.0
         self._stop = asyncio.Event()
         self._relay_index = 0
         self._connections: list[RelayConnection] = []
+        self._bootstrap: RelayConnection | None = None
+
+    @property
+    def scn(self) -> int:
+        return self.checkpoint.scn
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self, *, until_caught_up: bool = False) -> int:
-        """Consume until stopped (or caught up); returns the checkpoint SCN."""
+        """Consume until stopped (or caught up with a relay); returns the checkpoint SCN."""
         async with aiohttp.ClientSession() as session:
             self._connections = [RelayConnection(u, session) for u in self.config.relays]
-            self.scn = await self._initial_scn()
+            if self.config.bootstrap:
+                self._bootstrap = RelayConnection(self.config.bootstrap, session)
+            self.checkpoint = await self._retrying(self._initial)
+            self._saved = self.store.load()
             try:
                 await self._loop(until_caught_up)
             finally:
                 self._save(force=True)
         return self.scn
 
-    async def _initial_scn(self) -> int:
+    # -- where to start ----------------------------------------------------------------------
+    async def _initial(self) -> Checkpoint:
         checkpoint = self.store.load()
         if checkpoint is not None:
-            return checkpoint.scn
-        if self.config.since_scn is not None:
-            return self.config.since_scn
-        for attempt in range(1, 1_000_000):
-            conn = self._connections[self._relay_index]
+            return checkpoint
+        since = self.config.since_scn
+        if since == 0 and self._bootstrap is not None:
+            return Snapshot(await self._snapshot_scn())
+        if since is not None:
+            return Online(since)
+        return Online(int((await self._relay().get_json("/stats"))["min_scn"]))
+
+    async def _snapshot_scn(self) -> int:
+        assert self._bootstrap is not None
+        scn = (await self._bootstrap.get_json("/stats")).get("snapshot_scn")
+        if scn is None:
+            raise RelayUnavailable("the bootstrap server has no snapshot yet")
+        return int(scn)
+
+    async def _retrying(self, action: Any) -> Any:
+        started, attempt = time.monotonic(), 0
+        while True:
             try:
-                return int((await conn.get_json("/stats"))["min_scn"])
+                return await action()
             except RelayUnavailable as exc:
-                if attempt * self.config.retry.max_s > (self.config.retry.give_up_after_s or 60):
+                attempt += 1
+                limit = self.config.retry.give_up_after_s
+                if limit is not None and time.monotonic() - started >= limit:
                     raise
                 log.warning("%s; retrying", exc)
                 self._next_relay()
                 await self._sleep(self.config.retry.delay(attempt))
-        raise RelayUnavailable("no relay answered")
+                if self._stop.is_set():
+                    raise
 
+    # -- the phases --------------------------------------------------------------------------
     async def _loop(self, until_caught_up: bool) -> None:
         failing_since: float | None = None
         attempt = 0
         gone: set[int] = set()
         while not self._stop.is_set():
-            conn = self._connections[self._relay_index]
             try:
-                caught_up = await self._pull(conn, until_caught_up)
+                if isinstance(self.checkpoint, Snapshot):
+                    await self._read_snapshot(self.checkpoint)
+                    continue
+                if isinstance(self.checkpoint, CatchUp):
+                    await self._catch_up()
+                    continue
+                caught_up = await self._pull(self._relay(), until_caught_up)
                 failing_since, attempt = None, 0
                 gone.clear()
                 if caught_up and until_caught_up:
                     return
             except BootstrapRequired:
                 gone.add(self._relay_index)
-                if len(gone) == len(self._connections):
-                    raise
-                self._next_relay()
+                if len(gone) < len(self._connections):
+                    self._next_relay()
+                    continue
+                gone.clear()
+                await self._fall_back()
             except RelayUnavailable as exc:
                 now = time.monotonic()
                 failing_since = failing_since or now
@@ -141,6 +182,61 @@ class AsyncClient:
                 self._next_relay()
                 await self._sleep(self.config.retry.delay(attempt))
 
+    async def _fall_back(self) -> None:
+        """Every relay answered 410: catch up from the bootstrap log, or take its snapshot."""
+        if self._bootstrap is None:
+            raise BootstrapRequired(
+                f"the relay no longer holds SCN {self.scn}: this consumer needs a bootstrap "
+                "(configure a bootstrap server, or restart it from the relay's oldest SCN)",
+                scn=self.scn,
+            )
+        stats = await self._bootstrap.get_json("/stats")
+        if self.scn >= int(stats["log_start_scn"]) and not isinstance(self.checkpoint, CatchUp):
+            log.info("relay no longer holds SCN %d: catching up from the bootstrap log", self.scn)
+            self.checkpoint = CatchUp(self.scn)
+        elif int(stats["max_scn"]) <= self.scn and isinstance(self.checkpoint, CatchUp):
+            await self._sleep(1.0)  # the bootstrap log has not reached the relay yet
+        else:
+            log.info("SCN %d is older than the bootstrap log: reading its snapshot", self.scn)
+            self.checkpoint = Snapshot(await self._snapshot_scn())
+        self._save(force=True)
+
+    async def _catch_up(self) -> None:
+        assert self._bootstrap is not None
+        caught_up = await self._pull(self._bootstrap, until_caught_up=True)
+        if caught_up:
+            log.info("caught up from the bootstrap log at SCN %d; back to the relay", self.scn)
+            self.checkpoint = Online(self.scn)
+            self._save(force=True)
+
+    async def _read_snapshot(self, start: Snapshot) -> None:
+        assert self._bootstrap is not None
+        after = f"{start.source}:{start.row}" if start.source is not None else None
+        stream = self._bootstrap.snapshot(
+            start.scn, after, self.config.sources, self.config.partition
+        )
+        try:
+            async with contextlib.aclosing(stream):
+                async for frame in stream:
+                    if isinstance(frame, Heartbeat):
+                        log.info("snapshot at SCN %d read; catching up", start.scn)
+                        self.checkpoint = CatchUp(start.scn)
+                        self._save(force=True)
+                        return
+                    if self._stop.is_set():
+                        return
+                    record = frame
+                    source = decode_events(record)[0].source
+                    row = read_window_header(record).prev_scn  # the last row's number
+                    await self._window(self._bootstrap, record, Snapshot(start.scn, source, row))
+        except BootstrapRequired:
+            log.warning("snapshot %d is gone from the bootstrap server; starting over", start.scn)
+            self.checkpoint = Snapshot(await self._snapshot_scn())
+
+    # -- reading windows ---------------------------------------------------------------------
+    def _relay(self) -> RelayConnection:
+        return self._connections[self._relay_index]
+
     def _next_relay(self) -> None:
         self._relay_index = (self._relay_index + 1) % len(self._connections)
 
@@ -149,7 +245,7 @@ class AsyncClient:
             await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def _pull(self, conn: RelayConnection, until_caught_up: bool) -> bool:
-        """One ``/stream`` request; True when the relay said we are caught up."""
+        """One ``/stream`` request; True when the server said we are caught up."""
         stream = conn.stream(
             self.scn, self.config.sources, self.config.partition, self.config.poll_timeout_ms
         )
@@ -165,7 +261,8 @@ class AsyncClient:
         caught_up = False
         async for frame in stream:
             if isinstance(frame, Heartbeat):
-                self.scn = max(self.scn, frame.scn)
+                if frame.scn > self.scn:
+                    self.checkpoint = self._at(frame.scn)
                 self._save(force=True)
                 caught_up = True
                 if until_caught_up or self._stop.is_set():
@@ -173,13 +270,17 @@ class AsyncClient:
             elif self._stop.is_set():
                 break
             else:
-                await self._window(conn, frame)
+                scn = read_window_header(frame).scn
+                if scn > self.scn:  # else a replay we already processed
+                    await self._window(conn, frame, self._at(scn))
         return caught_up
 
-    async def _window(self, conn: RelayConnection, record: bytes) -> None:
+    def _at(self, scn: int) -> Checkpoint:
+        return CatchUp(scn) if isinstance(self.checkpoint, CatchUp) else Online(scn)
+
+    async def _window(self, conn: RelayConnection, record: bytes, done: Checkpoint) -> None:
+        """Deliver one window, retrying it whole; then the checkpoint becomes ``done``."""
         window = await self._decode(conn, record)
-        if window.scn <= self.scn:
-            return  # a replay we already processed
         attempt = 0
         while True:
             attempt += 1
@@ -191,14 +292,14 @@ class AsyncClient:
                 if attempt >= self.config.retry.max_window_attempts:
                     raise ConsumerFailed(
                         f"consumer failed {attempt} times on window {window.scn}: {exc!r}; "
-                        f"the checkpoint stays at {self.scn}",
+                        f"the checkpoint stays at {self.checkpoint}",
                         scn=window.scn,
                     ) from exc
                 log.warning("consumer failed on window %d (%r); retrying", window.scn, exc)
                 await self._sleep(self.config.retry.delay(attempt))
                 if self._stop.is_set():
                     return
-        self.scn = window.scn
+        self.checkpoint = done
         self.windows += 1
         self.events += len(window.events)
         self._save()
@@ -225,17 +326,13 @@ class AsyncClient:
         return self.registry.codec(source, version)
 
     def _save(self, force: bool = False) -> None:
-        if self.scn == self._saved_scn:
+        if self.checkpoint == self._saved:
             return
         now = time.monotonic()
         if not force and now - self._last_save < self.config.checkpoint_interval_s:
             return
-        self.store.save(Online(self.scn))
-        self._saved_scn, self._last_save = self.scn, now
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        return Online(self.scn)
+        self.store.save(self.checkpoint)
+        self._saved, self._last_save = self.checkpoint, now
 
 
 class Client:
@@ -251,6 +348,10 @@ class Client:
     @property
     def scn(self) -> int:
         return self._async.scn
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return self._async.checkpoint
 
     def run(self, *, until_caught_up: bool = False) -> int:
         async def main() -> int:

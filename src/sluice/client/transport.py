@@ -75,26 +75,37 @@ class RelayConnection:
         body = await self.get_json(f"/schemas/{source}")
         return [TableSchema.from_avro(s) for s in body.get("versions", [])]
 
-    async def stream(
+    def stream(
+        self, since_scn: int, sources: tuple[str, ...], partition: str | None, timeout_ms: int
+    ) -> AsyncGenerator[bytes | Heartbeat, None]:
+        """Windows after ``since_scn`` (and heartbeats) from ``/stream``."""
+        params = {"since_scn": str(since_scn), "timeout_ms": str(timeout_ms)}
+        return self.frames(
+            "/stream", _with_filters(params, sources, partition), since_scn, timeout_ms
+        )
+
+    def snapshot(
         self,
-        since_scn: int,
+        snapshot_scn: int,
+        after: str | None,
         sources: tuple[str, ...],
         partition: str | None,
-        timeout_ms: int,
     ) -> AsyncGenerator[bytes | Heartbeat, None]:
-        params = {"since_scn": str(since_scn), "timeout_ms": str(timeout_ms)}
-        if sources:
-            params["sources"] = ",".join(sources)
-        if partition:
-            params["partition"] = partition
+        """Snapshot rows (``r`` events) after ``after`` from a bootstrap server's ``/snapshot``."""
+        params = {"snapshot_scn": str(snapshot_scn)}
+        if after is not None:
+            params["after"] = after
+        return self.frames("/snapshot", _with_filters(params, sources, partition), None, 0)
+
+    async def frames(
+        self, path: str, params: dict[str, str], since_scn: int | None, timeout_ms: int
+    ) -> AsyncGenerator[bytes | Heartbeat, None]:
         parser = FrameParser()
         timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=10, sock_read=timeout_ms / 1000 + 30
+            total=None, sock_connect=10, sock_read=timeout_ms / 1000 + 60
         )
         try:
-            async with self._session.get(
-                self.url + "/stream", params=params, timeout=timeout
-            ) as resp:
+            async with self._session.get(self.url + path, params=params, timeout=timeout) as resp:
                 if resp.status != 200:
                     raise_for_status(resp.status, await _error_body(resp), self.url, since_scn)
                 async for chunk in resp.content.iter_any():
@@ -104,6 +115,16 @@ class RelayConnection:
             raise RelayUnavailable(f"{self.url}: {exc or type(exc).__name__}") from None
         if parser.pending:
             raise RelayUnavailable(f"{self.url}: stream cut in the middle of a window")
+
+
+def _with_filters(
+    params: dict[str, str], sources: tuple[str, ...], partition: str | None
+) -> dict[str, str]:
+    if sources:
+        params["sources"] = ",".join(sources)
+    if partition:
+        params["partition"] = partition
+    return params
 
 
 __all__ = ["RelayConnection", "RelayError", "check_relay_url"]
