@@ -43,3 +43,15 @@ def conn(mariadb: PrivateMariaDB, database: str) -> Iterator[pymysql.Connection[
         cur.execute("SET time_zone = '+00:00'")
     yield connection
     connection.close()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for the run (a JVM per process: settings are fixed up front)."""
+    from sluice.bootstrap.job import spark_session
+    from sluice.spark import register
+
+    session = spark_session("local[2]", "sluice-tests")
+    register(session)
+    yield session
+    session.stop()

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from sluice.cli import demo, relay, schema, tail
+from sluice.cli import bootstrap, demo, relay, schema, tail
 from sluice.errors import ConfigError, SluiceError
 
 log = logging.getLogger("sluice")
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     relay.add_parser(sub)
     tail.add_parser(sub)
     schema.add_parser(sub)
+    bootstrap.add_parser(sub)
     demo.add_parser(sub)
     return parser
 

@@ -46,6 +46,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--name", default="tail", help="checkpoint name (default tail)")
     p.add_argument("--partition", metavar="I/N", help="only key partition I of N")
     p.add_argument(
+        "--bootstrap",
+        metavar="URL",
+        help="bootstrap server: snapshot + catch-up when the relay no longer holds "
+        "the checkpoint; with --since-scn 0, the snapshot first",
+    )
+    p.add_argument(
         "--until-caught-up",
         action="store_true",
         help="exit 0 once everything up to the relay's max SCN is printed",
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         sources=tuple(args.sources or ()),
         partition=args.partition,
         since_scn=args.since_scn,
+        bootstrap=args.bootstrap,
         retry=RetryPolicy(give_up_after_s=args.give_up_after),
     )
     client = AsyncClient(config, JsonLinesConsumer(sys.stdout), store)

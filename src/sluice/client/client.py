@@ -344,6 +344,7 @@ class Client:
         self._async = AsyncClient(config, consumer, store)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
+        self._thread_id = 0
 
     @property
     def scn(self) -> int:
@@ -356,6 +357,7 @@ class Client:
     def run(self, *, until_caught_up: bool = False) -> int:
         async def main() -> int:
             self._loop = asyncio.get_running_loop()
+            self._thread_id = threading.get_ident()
             self._ready.set()
             return await self._async.run(until_caught_up=until_caught_up)
 
@@ -365,7 +367,12 @@ class Client:
             self._loop = None
 
     def stop(self) -> None:
+        """Stop after the current window; from any thread, or from a consumer hook."""
         self._ready.wait(timeout=10)
         loop = self._loop
-        if loop is not None:
+        if loop is None:
+            return
+        if self._thread_id == threading.get_ident():
+            self._async.stop()  # inside a hook: take effect before the next window
+        else:
             loop.call_soon_threadsafe(self._async.stop)

@@ -2,7 +2,7 @@
 
 from sluice.testing.consumers import RecordingConsumer, ReplicaConsumer, key_text
 from sluice.testing.mariadb import MariaDBNotAvailable, PrivateMariaDB, free_port
-from sluice.testing.relays import RelayProcess, RelayThread
+from sluice.testing.relays import RelayProcess, RelayThread, ServiceThread
 from sluice.testing.truth import table_rows
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "RelayProcess",
     "RelayThread",
     "ReplicaConsumer",
+    "ServiceThread",
     "free_port",
     "key_text",
     "table_rows",

@@ -11,39 +11,46 @@ import sys
 import threading
 from concurrent.futures import Future
 from pathlib import Path
+from typing import Any, Protocol
 
 from sluice.relay import Relay, RelayConfig
 
 
-class RelayThread:
-    """A relay on its own event loop in a daemon thread; ``url`` once started."""
+class Service(Protocol):
+    port: int
 
-    def __init__(self, config: RelayConfig) -> None:
-        self.config = config
-        self.relay: Relay | None = None
+    async def start(self) -> Any: ...
+    async def stop(self) -> None: ...
+
+
+class ServiceThread:
+    """An asyncio component (relay, bootstrap server) on its own loop in a daemon thread."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._running = False
 
     @property
     def url(self) -> str:
-        assert self.relay is not None
-        return f"http://127.0.0.1:{self.relay.port}"
+        return f"http://127.0.0.1:{self.service.port}"
 
-    def start(self) -> RelayThread:
+    def start(self) -> ServiceThread:
         self._thread.start()
-        self.relay = Relay(self.config)
-        future: Future[Relay] = asyncio.run_coroutine_threadsafe(self.relay.start(), self._loop)
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(self.service.start(), self._loop)
         try:
             future.result(timeout=60)
         except BaseException:
             self._shutdown_loop()
             raise
+        self._running = True
         return self
 
     def stop(self) -> None:
-        if self.relay is not None:
-            asyncio.run_coroutine_threadsafe(self.relay.stop(), self._loop).result(timeout=60)
-            self.relay = None
+        if self._running:
+            asyncio.run_coroutine_threadsafe(self.service.stop(), self._loop).result(timeout=60)
+            self._running = False
         self._shutdown_loop()
 
     def _shutdown_loop(self) -> None:
@@ -53,11 +60,23 @@ class RelayThread:
         if not self._loop.is_running():
             self._loop.close()
 
-    def __enter__(self) -> RelayThread:
+    def __enter__(self) -> ServiceThread:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class RelayThread(ServiceThread):
+    """A relay in a thread of this process; ``relay`` is the component."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        self.relay = Relay(config)
+        super().__init__(self.relay)
+
+    def __enter__(self) -> RelayThread:
+        self.start()
+        return self
 
 
 class RelayProcess:

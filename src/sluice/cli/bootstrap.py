@@ -1,0 +1,107 @@
+"""``sluice bootstrap run | compact | serve``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from typing import Any
+
+from sluice.cli.common import scn_arg
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("bootstrap", help="the long-term change log, snapshots, and their server")
+    boot = p.add_subparsers(dest="bootstrap_command", required=True)
+
+    run_p = boot.add_parser(
+        "run",
+        help="stream a relay into the store with Spark, folding snapshots regularly",
+        description="A Spark Structured Streaming job: relay -> Parquet change log, plus a "
+        "regular fold into one snapshot generation for every source.",
+    )
+    run_p.add_argument("--relay", action="append", required=True, metavar="URL")
+    run_p.add_argument(
+        "--source", action="append", dest="sources", required=True, metavar="DB.TABLE"
+    )
+    run_p.add_argument("--store", required=True, help="a directory or URI (file://, s3a://, ...)")
+    run_p.add_argument(
+        "--since-scn",
+        type=scn_arg,
+        help="start the log after this SCN (default: the oldest the relay holds)",
+    )
+    run_p.add_argument("--master", help="Spark master (default local[2]; spark-submit sets it)")
+    run_p.add_argument("--trigger-seconds", type=float, default=2.0)
+    run_p.add_argument("--fold-every", type=float, default=30.0, metavar="SECONDS")
+    run_p.add_argument(
+        "--once", action="store_true", help="read what the relay holds now, fold, and exit"
+    )
+    run_p.set_defaults(run=_run)
+
+    compact = boot.add_parser("compact", help="fold the log into a new snapshot now")
+    compact.add_argument("--store", required=True)
+    compact.add_argument("--master")
+    compact.add_argument(
+        "--full",
+        action="store_true",
+        help="fold the whole log instead of the last snapshot + newer changes",
+    )
+    compact.set_defaults(run=_compact)
+
+    serve = boot.add_parser("serve", help="serve catch-up and snapshots over HTTP")
+    serve.add_argument("--store", required=True)
+    serve.add_argument("--port", type=int, default=7080)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.set_defaults(run=_serve)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from sluice.bootstrap.job import BootstrapJob, JobConfig  # noqa: PLC0415 - Spark is heavy
+
+    job = BootstrapJob(
+        JobConfig(
+            relays=tuple(args.relay),
+            sources=tuple(args.sources),
+            store=args.store,
+            since_scn=args.since_scn,
+            master=args.master,
+            trigger_s=args.trigger_seconds,
+            fold_every_s=args.fold_every,
+            once=args.once,
+        )
+    )
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: job.stop())
+    job.run()
+    print(f"bootstrap store {job.store.uri}: snapshot at SCN {job.store.current_snapshot()}")
+    return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from sluice.bootstrap.fold import fold  # noqa: PLC0415
+    from sluice.bootstrap.job import spark_session  # noqa: PLC0415
+    from sluice.bootstrap.store import BootstrapStore  # noqa: PLC0415
+
+    store = BootstrapStore(args.store)
+    store.meta()
+    spark = spark_session(args.master, "sluice-compact")
+    scn = fold(spark, store, full=args.full)
+    spark.stop()
+    print(f"snapshot at SCN {scn}" if scn is not None else "the log is empty: no snapshot")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sluice.bootstrap.server import BootstrapServer  # noqa: PLC0415
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with BootstrapServer(args.store, args.host, args.port) as server:
+            print(f"sluice bootstrap serving on http://{args.host}:{server.port}", flush=True)
+            await stop.wait()
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,189 @@
+"""Bootstrap: the Spark job builds the log and snapshots; consumers converge through it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from sluice.bootstrap.fold import fold
+from sluice.bootstrap.job import BootstrapJob, JobConfig
+from sluice.bootstrap.server import BootstrapServer
+from sluice.bootstrap.store import BootstrapStore
+from sluice.client import Client, ClientConfig, FileCheckpointStore, MemoryCheckpointStore
+from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
+from sluice.core.event import Window
+from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer, ServiceThread, key_text
+from sluice.testing.truth import table_rows
+from tests.integration.support import (
+    assert_replica_equals,
+    consume,
+    get_json,
+    http_status,
+    relay_config,
+    wait_relay_caught_up,
+)
+
+
+class RecordingStore(MemoryCheckpointStore):
+    def __init__(self, checkpoint: Checkpoint | None = None) -> None:
+        super().__init__(checkpoint)
+        self.history: list[Checkpoint] = []
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        super().save(checkpoint)
+        self.history.append(checkpoint)
+
+
+def _batch(conn: pymysql.Connection[Any], start: int, count: int) -> None:
+    with conn.cursor() as cur:
+        cur.execute("BEGIN")
+        for k in range(start, start + count):
+            cur.execute("INSERT INTO kv VALUES (%s, %s, %s)", (k, "x" * 200, k % 7))
+        cur.execute("COMMIT")
+        cur.execute("UPDATE kv SET grp = grp + 100 WHERE k %% 50 = 0 AND k < %s", (start,))
+        cur.execute("DELETE FROM kv WHERE k %% 37 = 3 AND k < %s", (start,))
+        cur.execute("UPDATE kv SET k = k + 100000 WHERE k = %s", (start + 1,))  # a key change
+
+
+@pytest.fixture(scope="module")
+def source_conn(mariadb: PrivateMariaDB) -> Iterator[pymysql.Connection[Any]]:
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute("CREATE DATABASE boot")
+        cur.execute("CREATE TABLE boot.kv (k INT PRIMARY KEY, body VARCHAR(400), grp INT)")
+    admin.close()
+    conn = mariadb.connect("boot")
+    yield conn
+    conn.close()
+
+
+@pytest.fixture(scope="module")
+def pipeline(
+    mariadb: PrivateMariaDB,
+    source_conn: pymysql.Connection[Any],
+    tmp_path_factory: pytest.TempPathFactory,
+    spark: Any,
+) -> Iterator[dict[str, Any]]:
+    """A relay with a 64 KiB buffer, a store fed by the Spark job, and a bootstrap server."""
+    source, tmp_path = "boot.kv", tmp_path_factory.mktemp("bootstrap")
+    config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024)
+    with RelayThread(config) as relay:
+        start_scn = get_json(relay.url + "/stats")["min_scn"]
+        job = JobConfig(
+            relays=(relay.url,), sources=(source,), store=str(tmp_path / "store"), once=True
+        )
+        for n in range(6):  # each batch fits the buffer; all of them together do not
+            _batch(source_conn, n * 100, 100)
+            wait_relay_caught_up(relay.url, source_conn)
+            BootstrapJob(job, spark).run()
+        assert get_json(relay.url + "/stats")["min_scn"] > start_scn
+        with ServiceThread(BootstrapServer(job.store, port=0)) as server:
+            yield {
+                "relay": relay,
+                "server": server,
+                "source": source,
+                "start": start_scn,
+                "store": BootstrapStore(job.store),
+                "job": job,
+            }
+
+
+def test_new_and_far_behind_consumers_converge(
+    pipeline: dict[str, Any], source_conn: pymysql.Connection[Any], spark: Any
+) -> None:
+    relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
+    fresh, fresh_store = ReplicaConsumer(), RecordingStore()
+    Client(
+        ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url), fresh, fresh_store
+    ).run(until_caught_up=True)
+    assert_replica_equals(fresh, source_conn, [source])
+    phases = [type(c) for c in fresh_store.history]
+    assert phases[0] is Snapshot and CatchUp in phases and phases[-1] is Online
+    first = fresh_store.history[0]
+    assert isinstance(first, Snapshot) and first.scn == pipeline["store"].current_snapshot()
+
+    behind, behind_store = ReplicaConsumer(), RecordingStore(Online(pipeline["start"]))
+    Client(ClientConfig(relays=(relay.url,), bootstrap=server.url), behind, behind_store).run(
+        until_caught_up=True
+    )
+    assert_replica_equals(behind, source_conn, [source])
+    assert Snapshot not in {type(c) for c in behind_store.history}
+    assert isinstance(behind_store.history[0], CatchUp)
+
+    without = ReplicaConsumer()
+    from sluice.errors import BootstrapRequired
+
+    with pytest.raises(BootstrapRequired, match="needs a bootstrap"):
+        consume(relay.url, without, since_scn=pipeline["start"])
+
+
+def test_consumer_stopped_during_snapshot_resumes_there(
+    pipeline: dict[str, Any], source_conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
+
+    class StopAfterOneWindow(ReplicaConsumer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.client: Client | None = None
+            self.r_events = 0
+
+        def on_window_end(self, window: Window) -> None:
+            self.r_events += sum(1 for e in window.events if e.op == "r")
+            super().on_window_end(window)
+            if self.client is not None:
+                self.client.stop()
+
+    store = FileCheckpointStore(tmp_path / "ckpt")
+    config = ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url)
+    first = StopAfterOneWindow()
+    first.client = Client(config, first, store)
+    first.client.run()
+    stopped_at = store.load()
+    assert isinstance(stopped_at, Snapshot) and stopped_at.source == source
+    assert stopped_at.row == first.r_events - 1 and first.r_events > 0
+
+    second = StopAfterOneWindow()  # counts rows; never stops
+    Client(config, second, store).run(until_caught_up=True)
+    total = len(http_status(f"{server.url}/snapshot?format=json")[1].splitlines())
+    assert first.r_events + second.r_events == total  # resumed where it stopped, not from the start
+    truth = table_rows(source_conn, source)
+    merged = {**first.snapshot(source), **second.snapshot(source)}
+    assert merged == truth
+
+
+def test_fold_snapshot_equals_source_and_incremental_equals_full(
+    pipeline: dict[str, Any], source_conn: pymysql.Connection[Any], spark: Any
+) -> None:
+    store, source = pipeline["store"], pipeline["source"]
+    scn = store.current_snapshot()
+    assert scn is not None and scn == get_json(pipeline["server"].url + "/stats")["max_scn"]
+    path = store.spark_path(store.snapshot_dir(scn))
+    incremental = {r["key"]: json.loads(r["after"]) for r in spark.read.parquet(path).collect()}
+    truth = table_rows(source_conn, source)
+    assert incremental == truth
+    assert fold(spark, store, full=True) == scn
+    full = {r["key"]: json.loads(r["after"]) for r in spark.read.parquet(path).collect()}
+    assert full == incremental
+    assert all(key == key_text(json.loads(key)) for key in full)
+
+
+def test_bootstrap_server_stats_and_errors(pipeline: dict[str, Any]) -> None:
+    url, source = pipeline["server"].url, pipeline["source"]
+    stats = get_json(url + "/stats")
+    assert stats["snapshot_scn"] == stats["max_scn"] and stats["min_scn"] == pipeline["start"]
+    assert stats["snapshots"] == {source: stats["snapshot_scn"]}
+    assert http_status(f"{url}/stream?since_scn=1")[0] == 410
+    assert http_status(f"{url}/stream?since_scn=x")[0] == 400
+    assert http_status(f"{url}/snapshot?sources=no.such")[0] == 404
+    assert http_status(f"{url}/snapshot?after=bad")[0] == 400
+    assert http_status(f"{url}/healthz")[0] == 200
+    status, body = http_status(f"{url}/snapshot?format=json&sources={source}")
+    rows = [json.loads(line) for line in body.splitlines()]
+    assert status == 200 and rows and {r["op"] for r in rows} == {"r"}
+    assert all(r["before"] is None and r["scn"] == stats["snapshot_scn"] for r in rows)
