@@ -15,8 +15,10 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F  # noqa: N812
 
 from sluice.bootstrap.store import BootstrapStore
+from sluice.spark.rows import GENERIC_DDL, RAW_DDL
 
 log = logging.getLogger(__name__)
+LOG_DDL = GENERIC_DDL + RAW_DDL + ", log_file long"
 SNAPSHOT_COLUMNS = ("source", "key", "key_hash", "scn", "seq", "schema_version", "payload", "after")
 
 
@@ -25,7 +27,7 @@ def fold(spark: Any, store: BootstrapStore, *, full: bool = False) -> int | None
     if not store.has_log():
         return store.current_snapshot()
     started = time.monotonic()
-    changes = spark.read.parquet(store.spark_path("log"))
+    changes = spark.read.schema(LOG_DDL).parquet(store.spark_path("log"))
     newest = changes.agg(F.max("scn")).first()[0]
     previous = None if full else store.current_snapshot()
     if newest is None or (previous is not None and newest <= previous):

@@ -69,6 +69,7 @@ class BootstrapJob:
         self._spark = spark
         self._stop = threading.Event()
         self.query: Any = None
+        self.error: BaseException | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -95,6 +96,14 @@ class BootstrapJob:
         return self.store.create(start, self.config.sources).log_start_scn
 
     def run(self) -> None:
+        """Run until ``stop()``; a failure is raised and also kept in ``error``."""
+        try:
+            self._run()
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def _run(self) -> None:
         start = self._prepare()
         spark = self._spark or spark_session(self.config.master)
         register(spark)
@@ -134,7 +143,10 @@ class BootstrapJob:
         while not self._stop.is_set() and self.query.isActive:
             if self._stop.wait(self.config.fold_every_s):
                 break
-            save_schemas(self.config.relays, self.config.sources, self.store)
-            fold(spark, self.store)
+            try:
+                save_schemas(self.config.relays, self.config.sources, self.store)
+                fold(spark, self.store)
+            except Exception:
+                log.exception("fold failed; retrying at the next interval")
         if self.query.exception() is not None:
             raise SluiceError(f"the bootstrap stream failed: {self.query.exception()}")
