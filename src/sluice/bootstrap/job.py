@@ -43,13 +43,16 @@ def spark_session(master: str | None = None, app: str = "sluice-bootstrap") -> A
         builder = builder.master(master or "local[2]")
     for key, value in (
         ("spark.ui.enabled", "false"),
+        ("spark.ui.showConsoleProgress", "false"),
         ("spark.sql.shuffle.partitions", "4"),
         ("spark.sql.session.timeZone", "UTC"),
         ("spark.driver.host", "127.0.0.1"),
     ):
         if key != "spark.driver.host" or not master or master.startswith("local"):
             builder = builder.config(key, value)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel(os.environ.get("SLUICE_SPARK_LOG_LEVEL", "ERROR"))
+    return session
 
 
 def save_schemas(relays: tuple[str, ...], sources: tuple[str, ...], store: BootstrapStore) -> None:
