@@ -4,9 +4,19 @@ PIP ?= $(PYTHON) -m pip
 
 .PHONY: setup test lint bench demo
 
+# System packages: MariaDB (tests start private servers), a JRE for Spark, and the MariaDB
+# JDBC driver for Spark jobs that read tables directly. Installed only when missing.
+APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java
+
 setup:
-	@command -v mariadbd >/dev/null 2>&1 || test -x /usr/sbin/mariadbd || \
-	  { (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server mariadb-client; }
+	@missing=""; \
+	  { command -v mariadbd >/dev/null 2>&1 || test -x /usr/sbin/mariadbd; } || missing="yes"; \
+	  command -v java >/dev/null 2>&1 || missing="yes"; \
+	  test -f /usr/share/java/mariadb-java-client.jar || missing="yes"; \
+	  if [ -n "$$missing" ]; then \
+	    (apt-get update -qq || true) && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
+	  fi
 	$(PIP) install -q -e '.[dev]'
 
 test: setup
