@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import capture, latency
+from benchmarks import capture, latency, spark_path
 
 
 def main() -> int:
@@ -12,6 +12,8 @@ def main() -> int:
     capture.run()
     print("\n== latency: commit to consumer at 100 commits/s ==")
     latency.run()
+    print("\n== Spark: relay into Parquet, fold, snapshot serving ==")
+    spark_path.run()
     return 0
 
 

@@ -125,4 +125,4 @@ class BootstrapStore:
             self.fs.delete_dir(self.path(self.snapshot_dir(old)))
 
     def has_log(self) -> bool:
-        return self.exists("log", "_spark_metadata")
+        return self.exists("log")

@@ -21,6 +21,7 @@ class SourceOptions:
     max_events: int | None
     typed: bool
     include_raw: bool  # internal: seq, key_hash and payload for the bootstrap store
+    arrow: bool = True  # False yields tuples (slower; kept for the benchmark)
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -80,4 +81,5 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         max_events=_positive(options, "maxeventspertrigger"),
         typed=typed,
         include_raw=_flag(options, "includeraw"),
+        arrow=options.get("arrow", "true").strip().lower() != "false",
     )

@@ -193,11 +193,21 @@ def chunks(
     rows: GenericRows | TypedRows,
     windows: Iterable[bytes],
     codec_for: CodecLookup,
+    arrow: bool = True,
     size: int = 8192,
-) -> Iterable[pa.RecordBatch]:
+) -> Iterable[Any]:
+    """Arrow record batches (or, with ``arrow=False``, plain tuples) of the windows' events."""
     for record in windows:
         rows.add_window(record, codec_for)
         if len(rows) >= size:
-            yield rows.batch()
+            yield from _drain(rows, arrow)
     if len(rows):
+        yield from _drain(rows, arrow)
+
+
+def _drain(rows: GenericRows | TypedRows, arrow: bool) -> Iterable[Any]:
+    if arrow:
         yield rows.batch()
+        return
+    columns, rows.columns = rows.columns, [[] for _ in rows.columns]
+    yield from zip(*columns, strict=True)

@@ -61,7 +61,9 @@ class _Reading:
             windows = self.fetcher.snapshot_windows(part.index, part.count)
         else:
             windows = self.fetcher.windows(part.start, part.end, part.index, part.count)
-        yield from chunks(self._rows(part.snapshot), windows, self.fetcher.codec)
+        yield from chunks(
+            self._rows(part.snapshot), windows, self.fetcher.codec, self.options.arrow
+        )
 
     def _split(self, start: int, end: int, snapshot: bool = False) -> list[ScnRange]:
         n = self.options.partitions

@@ -1,0 +1,245 @@
+"""The Spark path: relay -> Parquet through the ``sluice`` source (Arrow vs tuples) against
+Spark's own Parquet source on the same events; the fold; snapshot serving rows/s."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from benchmarks.common import table, write_results
+from sluice.bootstrap.fold import LOG_DDL, fold
+from sluice.bootstrap.job import spark_session
+from sluice.bootstrap.server import BootstrapServer
+from sluice.bootstrap.store import BootstrapStore
+from sluice.capture.metadata import end_scn
+from sluice.relay import RelayConfig
+from sluice.schemas import Column, RowCodec, TableSchema
+from sluice.spark import register
+from sluice.testing import PrivateMariaDB, RelayThread, ServiceThread
+
+ROWS_SQL = (
+    "INSERT INTO bench.t SELECT seq + {off}, seq, CONCAT('name-', seq), seq / 100, "
+    "'2024-01-02 03:04:05' FROM seq_1_to_{n}"
+)
+
+
+def _timed(action: Any) -> float:
+    began = time.perf_counter()
+    action()
+    return time.perf_counter() - began
+
+
+def _relay_to_parquet(spark: Any, relay: str, out: str, arrow: bool) -> float:
+    def run() -> None:
+        (
+            spark.readStream.format("sluice")
+            .option("relay", relay)
+            .option("arrow", str(arrow).lower())
+            .load()
+            .writeStream.format("parquet")
+            .option("path", f"{out}/data")
+            .option("checkpointLocation", f"{out}/ckpt")
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
+
+    return _timed(run)
+
+
+def _parquet_to_parquet(spark: Any, source: str, out: str) -> float:
+    schema = spark.read.parquet(source).schema
+
+    def run() -> None:
+        (
+            spark.readStream.schema(schema)
+            .parquet(source)
+            .writeStream.format("parquet")
+            .option("path", f"{out}/data")
+            .option("checkpointLocation", f"{out}/ckpt")
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
+
+    return _timed(run)
+
+
+def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
+    with PrivateMariaDB(work / "db") as db:
+        conn = db.connect()
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE bench")
+            cur.execute(
+                "CREATE TABLE bench.t (id INT PRIMARY KEY, a INT, b VARCHAR(40), "
+                "c DECIMAL(10,2), d DATETIME)"
+            )
+        config = RelayConfig(
+            source=SecretStr(db.url),
+            tables=["bench.t"],
+            data_dir=work / "relay",
+            port=0,
+            buffer_size=512 << 20,
+        )
+        with RelayThread(config) as relay, conn.cursor() as cur:
+            cur.execute("USE bench")
+            for off in range(0, events, 1000):
+                cur.execute(ROWS_SQL.format(off=off, n=1000))
+            target = end_scn(conn)
+            while json.loads(_get(relay.url, "/stats"))["capture"]["last_scn"] < target:
+                time.sleep(0.2)
+            # Warm up the JVM and the Python workers: the first micro-batch costs seconds.
+            spark.read.format("sluice").option("relay", relay.url).load().count()
+            tuples_s = _relay_to_parquet(spark, relay.url, str(work / "tuples"), False)
+            arrow_s = _relay_to_parquet(spark, relay.url, str(work / "arrow"), True)
+        parquet_s = _parquet_to_parquet(spark, str(work / "arrow" / "data"), str(work / "pq"))
+        conn.close()
+    return {
+        "events": events,
+        "sluice_arrow_events_per_s": round(events / arrow_s),
+        "sluice_tuples_events_per_s": round(events / tuples_s),
+        "spark_parquet_events_per_s": round(events / parquet_s),
+        "arrow_vs_tuples": round(tuples_s / arrow_s, 2),
+        "sluice_arrow_vs_spark_parquet": round(parquet_s / arrow_s, 2),
+    }
+
+
+def _get(base: str, path: str) -> bytes:
+    host, port = base.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("GET", path)
+    body = conn.getresponse().read()
+    conn.close()
+    return body
+
+
+def _synthetic_store(spark: Any, work: Path, changes: int, keys: int) -> BootstrapStore:
+    """A store whose log holds ``changes`` events over ``keys`` keys (valid Avro payloads)."""
+    schema = TableSchema(
+        "bench.t",
+        1,
+        (Column("id", "int", False, "int"), Column("v", "string", True, "varchar")),
+        ("id",),
+    )
+    payload = RowCodec(schema).encode(None, [1, "value"])
+    store = BootstrapStore(str(work / "store"))
+    store.create(0, ("bench.t",))
+    store.write_json({"bench.t": [schema.to_avro()]}, "schemas.json")
+    from pyspark.sql import functions as F  # noqa: N812
+
+    ops = F.when(F.col("id") % 10 == 0, "d").when(F.col("id") < keys, "c").otherwise("u")
+    df = (
+        spark.range(changes)
+        .withColumn("scn", F.lit(1 << 32) + F.col("id") * 10)
+        .withColumn("seq", F.lit(0))
+        .withColumn("source", F.lit("bench.t"))
+        .withColumn("op", ops)
+        .withColumn("ts", F.current_timestamp())
+        .withColumn("key", F.format_string('{"id":%d}', F.col("id") % keys))
+        .withColumn("before", F.lit(None).cast("string"))
+        .withColumn("after", F.format_string('{"id":%d,"v":"value"}', F.col("id") % keys))
+        .withColumn("schema_version", F.lit(1))
+        .withColumn("key_hash", F.crc32(F.encode(F.col("key"), "utf-8")))
+        .withColumn("payload", F.lit(payload))
+        .withColumn("log_file", F.lit(1).cast("long"))
+        .drop("id")
+    )
+    df.select(*[c.split()[0] for c in LOG_DDL.split(", ")]).write.partitionBy(
+        "source", "log_file"
+    ).parquet(store.spark_path("log"))
+    return store
+
+
+def _fold_bench(
+    spark: Any, work: Path, changes: int, keys: int
+) -> tuple[dict[str, Any], BootstrapStore]:
+    store = _synthetic_store(spark, work, changes, keys)
+    full_s = _timed(lambda: fold(spark, store, full=True))
+    again_s = _timed(lambda: fold(spark, store, full=True))
+    rows = spark.read.parquet(
+        store.spark_path(store.snapshot_dir(store.current_snapshot() or 0))
+    ).count()
+    return {
+        "changes": changes,
+        "keys": keys,
+        "snapshot_rows": rows,
+        "fold_full_s_cold": round(full_s, 2),
+        "fold_full_s_warm": round(again_s, 2),
+        "changes_per_s_warm": round(changes / again_s),
+    }, store
+
+
+def _serve_bench(store: BootstrapStore, rows: int) -> dict[str, Any]:
+    with ServiceThread(BootstrapServer(store.uri, port=0)) as server:
+        host, port = server.url.removeprefix("http://").split(":")
+        began = time.perf_counter()
+        conn = http.client.HTTPConnection(host, int(port), timeout=600)
+        conn.request("GET", "/snapshot?max_bytes=268435456")
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise RuntimeError(f"/snapshot answered {resp.status}: {resp.read()[:300]!r}")
+        size = 0
+        while chunk := resp.read1(1 << 20):
+            size += len(chunk)
+        conn.close()
+        seconds = time.perf_counter() - began
+    return {
+        "rows": rows,
+        "seconds": round(seconds, 2),
+        "rows_per_s": round(rows / seconds),
+        "mb_per_s": round(size / seconds / 1e6, 1),
+    }
+
+
+def run(events: int = 300_000, changes: int = 3_000_000, keys: int = 1_000_000) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="sluice-spark-bench-"))
+    spark = spark_session("local[2]", "sluice-bench")
+    register(spark)
+    try:
+        stream = _stream_bench(spark, work, events)
+        folded, store = _fold_bench(spark, work, changes, keys)
+        serving = _serve_bench(store, folded["snapshot_rows"])
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    results = {"relay_to_parquet": stream, "fold": folded, "snapshot_serving": serving}
+    print(
+        table(
+            [
+                ("measure", "value"),
+                (
+                    "relay->Parquet, sluice source, Arrow",
+                    f"{stream['sluice_arrow_events_per_s']} ev/s",
+                ),
+                (
+                    "relay->Parquet, sluice source, tuples",
+                    f"{stream['sluice_tuples_events_per_s']} ev/s",
+                ),
+                (
+                    "Parquet->Parquet, Spark's own source",
+                    f"{stream['spark_parquet_events_per_s']} ev/s",
+                ),
+                ("Arrow vs tuples", f"{stream['arrow_vs_tuples']}x"),
+                ("sluice (Arrow) vs Spark Parquet", f"{stream['sluice_arrow_vs_spark_parquet']}x"),
+                (
+                    f"fold {changes:,} changes / {keys:,} keys (warm)",
+                    f"{folded['fold_full_s_warm']} s",
+                ),
+                (
+                    "snapshot serving",
+                    f"{serving['rows_per_s']} rows/s ({serving['mb_per_s']} MB/s)",
+                ),
+            ]
+        )
+    )
+    print("wrote", write_results("spark", results))
+    asyncio.set_event_loop(None)
+    return results
