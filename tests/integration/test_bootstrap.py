@@ -187,3 +187,97 @@ def test_bootstrap_server_stats_and_errors(pipeline: dict[str, Any]) -> None:
     rows = [json.loads(line) for line in body.splitlines()]
     assert status == 200 and rows and {r["op"] for r in rows} == {"r"}
     assert all(r["before"] is None and r["scn"] == stats["snapshot_scn"] for r in rows)
+
+
+def test_spark_source_reads_snapshot_then_log(
+    pipeline: dict[str, Any], source_conn: pymysql.Connection[Any], spark: Any
+) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.window import Window as SparkWindow
+
+    relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
+    df = (
+        spark.read.format("sluice")
+        .option("relay", relay.url)
+        .option("bootstrap", server.url)
+        .option("startingScn", "0")
+        .load()
+    )
+    ops = {r["op"] for r in df.select("op").distinct().collect()}
+    assert "r" in ops
+    latest = SparkWindow.partitionBy("key").orderBy(F.col("scn").desc())
+    state = (
+        df.withColumn("n", F.row_number().over(latest))
+        .where("n = 1 AND op != 'd'")
+        .select("key", "after")
+        .collect()
+    )
+    replica = {key_text(json.loads(r["key"])): json.loads(r["after"]) for r in state}
+    assert replica == table_rows(source_conn, source)
+
+
+def test_tail_with_bootstrap_from_the_beginning(
+    pipeline: dict[str, Any], source_conn: pymysql.Connection[Any]
+) -> None:
+    import subprocess
+    import sys
+
+    relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sluice.cli.main",
+            "tail",
+            "--relay",
+            relay.url,
+            "--bootstrap",
+            server.url,
+            "--since-scn",
+            "0",
+            "--until-caught-up",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    replica = ReplicaConsumer()
+    for line in result.stdout.splitlines():
+        from sluice.core.event import Event
+
+        event = Event(**json.loads(line))
+        replica.on_event(event)
+        replica.on_window_end(Window(event.scn, event.ts_ms, (event,)))
+    assert replica.snapshot(source) == table_rows(source_conn, source)
+    assert json.loads(result.stdout.splitlines()[0])["op"] == "r"
+
+
+def test_a_store_that_is_not_a_store(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "file.txt").write_text("not a store")
+
+    def sluice(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "sluice.cli.main", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    served = sluice("bootstrap", "serve", "--store", str(tmp_path / "junk"), "--port", "0")
+    assert served.returncode == 2 and "not a Sluice bootstrap store" in served.stderr
+    compacted = sluice("bootstrap", "compact", "--store", str(tmp_path / "missing"))
+    assert compacted.returncode == 2 and "not a Sluice bootstrap store" in compacted.stderr
+    store = BootstrapStore(str(tmp_path / "junk"))
+    from sluice.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not empty and not a Sluice bootstrap store"):
+        store.create(0, ("a.b",))
+    for result in (served, compacted):
+        assert "Traceback" not in result.stderr
