@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -84,3 +86,15 @@ def assert_replica_equals(
         assert not missing and not extra, f"{source}: missing {missing}, extra {extra}"
         for key, row in truth.items():
             assert mine[key] == row, f"{source} {key}: replica {mine[key]} != source {row}"
+
+
+SLUICE = [sys.executable, "-m", "sluice.cli.main"]
+
+
+def run_sluice(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the CLI; whatever it says, it never prints a traceback."""
+    result = subprocess.run(
+        [*SLUICE, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,19 +12,14 @@ import pymysql
 import pytest
 
 from sluice.testing import PrivateMariaDB, RelayThread, free_port
-from tests.integration.support import http_status, relay_config, wait_relay_caught_up
+from tests.integration.support import (
+    http_status,
+    relay_config,
+    run_sluice,
+    wait_relay_caught_up,
+)
 
-
-def sluice(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "sluice.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
+sluice = run_sluice
 
 
 def relay_cmd(db_url: str, table: str, data_dir: Path, *extra: str) -> list[str]:

@@ -25,6 +25,7 @@ from tests.integration.support import (
     get_json,
     http_status,
     relay_config,
+    run_sluice,
     wait_relay_caught_up,
 )
 
@@ -219,28 +220,18 @@ def test_spark_source_reads_snapshot_then_log(
 def test_tail_with_bootstrap_from_the_beginning(
     pipeline: dict[str, Any], source_conn: pymysql.Connection[Any]
 ) -> None:
-    import subprocess
-    import sys
 
     relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sluice.cli.main",
-            "tail",
-            "--relay",
-            relay.url,
-            "--bootstrap",
-            server.url,
-            "--since-scn",
-            "0",
-            "--until-caught-up",
-        ],
-        capture_output=True,
-        text=True,
+    result = run_sluice(
+        "tail",
+        "--relay",
+        relay.url,
+        "--bootstrap",
+        server.url,
+        "--since-scn",
+        "0",
+        "--until-caught-up",
         timeout=120,
-        check=False,
     )
     assert result.returncode == 0, result.stderr
     replica = ReplicaConsumer()
@@ -256,19 +247,12 @@ def test_tail_with_bootstrap_from_the_beginning(
 
 def test_a_store_that_is_not_a_store(tmp_path: Path) -> None:
     import subprocess
-    import sys
 
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "file.txt").write_text("not a store")
 
     def sluice(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "sluice.cli.main", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_sluice(*args)
 
     served = sluice("bootstrap", "serve", "--store", str(tmp_path / "junk"), "--port", "0")
     assert served.returncode == 2 and "not a Sluice bootstrap store" in served.stderr

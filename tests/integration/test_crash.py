@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pymysql
 from sluice.client import Client, ClientConfig, FileCheckpointStore, RetryPolicy
 from sluice.core.event import Event
 from sluice.testing import PrivateMariaDB, RelayProcess, ReplicaConsumer, free_port
-from tests.integration.support import assert_replica_equals, get_json, wait_for
+from tests.integration.support import SLUICE, assert_replica_equals, get_json, wait_for
 from tests.integration.workload import Workload
 
 TABLES = ["alltypes", "person", "orders"]
@@ -112,9 +111,7 @@ def test_consumer_sigkill_resumes_from_checkpoint(
         _relay_args(mariadb, sources, tmp_path / "relay", 0), tmp_path / "relay.log"
     ).start()
     tail = [
-        sys.executable,
-        "-m",
-        "sluice.cli.main",
+        *SLUICE,
         "tail",
         "--relay",
         relay.url,

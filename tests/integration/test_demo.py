@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from tests.integration.support import run_sluice
 
 
 def test_demo_runs_green() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "sluice.cli.main", "demo", "--duration", "4", "--rate", "100"],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
+    result = run_sluice("demo", "--duration", "4", "--rate", "100", timeout=400)
     out = result.stdout + result.stderr[-3000:]
     assert result.returncode == 0, out
     assert "demo OK: every replica equals the source" in result.stdout, out

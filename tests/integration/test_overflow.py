@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from tests.integration.support import (
     get_json,
     http_status,
     relay_config,
+    run_sluice,
     wait_relay_caught_up,
 )
 
@@ -43,22 +42,8 @@ def test_overflow_gives_410_and_others_keep_streaming(
             consume(relay.url, RecordingConsumer(), since_scn=start)
         assert "bootstrap" in str(info.value)
 
-        tail = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "sluice.cli.main",
-                "tail",
-                "--relay",
-                relay.url,
-                "--since-scn",
-                str(start),
-                "--until-caught-up",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        tail = run_sluice(
+            "tail", "--relay", relay.url, "--since-scn", str(start), "--until-caught-up", timeout=60
         )
         assert tail.returncode == 1 and "bootstrap" in tail.stderr
         assert "Traceback" not in tail.stderr

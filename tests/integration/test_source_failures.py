@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from tests.integration.support import (
     consume,
     get_json,
     relay_config,
+    run_sluice,
     wait_for,
     wait_relay_caught_up,
 )
@@ -95,22 +94,8 @@ def test_schema_generate_matches_the_registered_schema(
         wait_relay_caught_up(relay.url, conn)
         consume(relay.url, ReplicaConsumer())
         registered = get_json(f"{relay.url}/schemas/{source}")["versions"][0]
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sluice.cli.main",
-            "schema",
-            "generate",
-            "--source",
-            mariadb.url,
-            "--table",
-            source,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_sluice(
+        "schema", "generate", "--source", mariadb.url, "--table", source, timeout=60
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == registered
@@ -127,21 +112,7 @@ def test_schema_generate_matches_the_registered_schema(
         fields["ip"]["sluice.kind"],
         fields["j"]["sluice.kind"],
     ) == ("uuid", "inet6", "json")
-    unknown = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sluice.cli.main",
-            "schema",
-            "generate",
-            "--source",
-            mariadb.url,
-            "--table",
-            f"{database}.nope",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    unknown = run_sluice(
+        "schema", "generate", "--source", mariadb.url, "--table", f"{database}.nope", timeout=60
     )
     assert unknown.returncode == 1 and "unknown table" in unknown.stderr

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterator
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
@@ -14,6 +13,7 @@ from aiohttp import web
 from sluice.bootstrap.reader import StoreReader
 from sluice.bootstrap.store import BootstrapStore
 from sluice.core import wire
+from sluice.core.component import AsyncComponent
 from sluice.core.requests import HttpProblem, parse_offsets, parse_partition, parse_stream
 from sluice.schemas.events import decode_window
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text, start_site
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 _CHUNK = 256 * 1024
 
 
-class BootstrapServer:
+class BootstrapServer(AsyncComponent):
     """``async with BootstrapServer(store_uri, port=0) as server:``; ``server.port``."""
 
     def __init__(self, store: str, host: str = "127.0.0.1", port: int = 7080) -> None:
@@ -63,17 +63,6 @@ class BootstrapServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def __aenter__(self) -> BootstrapServer:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # -- handlers ----------------------------------------------------------------------------
     def _stats(self) -> dict[str, Any]:

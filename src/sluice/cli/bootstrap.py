@@ -7,7 +7,7 @@ import asyncio
 import signal
 from typing import Any
 
-from sluice.cli.common import scn_arg
+from sluice.cli.common import scn_arg, serve_until_signal
 
 
 def add_parser(sub: Any) -> None:
@@ -94,14 +94,9 @@ def _compact(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from sluice.bootstrap.server import BootstrapServer  # noqa: PLC0415
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        async with BootstrapServer(args.store, args.host, args.port) as server:
-            print(f"sluice bootstrap serving on http://{args.host}:{server.port}", flush=True)
-            await stop.wait()
-
-    asyncio.run(main())
-    return 0
+    server = BootstrapServer(args.store, args.host, args.port)
+    return asyncio.run(
+        serve_until_signal(
+            server, lambda: f"sluice bootstrap serving on http://{args.host}:{server.port}"
+        )
+    )

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 from pathlib import Path
 from typing import Any
 
-from sluice.cli.common import scn_arg
+from sluice.cli.common import scn_arg, serve_until_signal
 from sluice.relay import Relay, RelayConfig
 
 
@@ -59,15 +58,9 @@ def run(args: argparse.Namespace) -> int:
         since_scn=args.since_scn,
         buffer_size=args.buffer_size,
     )
-    return asyncio.run(_serve(config))
-
-
-async def _serve(config: RelayConfig) -> int:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with Relay(config) as relay:
-        print(f"sluice relay listening on http://{config.host}:{relay.port}", flush=True)
-        await stop.wait()
-    return 0
+    relay = Relay(config)
+    return asyncio.run(
+        serve_until_signal(
+            relay, lambda: f"sluice relay listening on http://{config.host}:{relay.port}"
+        )
+    )

@@ -6,13 +6,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from types import TracebackType
 from typing import Any
 
 from aiohttp import web
 
 from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
 from sluice.core.buffer import EventBuffer
+from sluice.core.component import AsyncComponent
 from sluice.errors import SluiceError, WindowTooLarge
 from sluice.relay.config import RelayConfig
 from sluice.relay.server import make_app
@@ -23,7 +23,7 @@ from sluice.web import start_site
 log = logging.getLogger(__name__)
 
 
-class Relay:
+class Relay(AsyncComponent):
     """``async with Relay(config) as relay:`` serves until the block ends."""
 
     def __init__(self, config: RelayConfig) -> None:
@@ -136,17 +136,6 @@ class Relay:
                 self._store.persist(self._store.buffer.max_scn)
             self._store.close()
         log.info("relay stopped")
-
-    async def __aenter__(self) -> Relay:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # -- capture thread -> loop --------------------------------------------------------------
     def _sink(self, window: CapturedWindow) -> None:

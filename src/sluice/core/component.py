@@ -1,0 +1,28 @@
+"""The lifecycle every long-lived component shares: ``start()``/``stop()`` and ``async with``."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self
+
+
+class AsyncComponent:
+    """Subclasses define ``start()`` (returning self) and a ``stop()`` safe to call twice."""
+
+    async def start(self) -> Any:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
