@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,6 @@ from sluice.core import wire
 from sluice.core.event import Op
 from sluice.errors import DecodeError
 from sluice.schemas import Column, RowCodec, SchemaRegistry
-from sluice.schemas.avro import key_hash
 
 _INT_NAMES = {
     t.T_TINY: "tinyint",
@@ -151,8 +151,8 @@ class TableDecoder:
                 yield from self._update(first, second)
 
     def _update(self, before: list[Any], after: list[Any]) -> Iterator[bytes]:
-        old_key = self.codec.canonical_key(before)
-        if old_key is not None and old_key != self.codec.canonical_key(after):
+        old_key = self.codec.key_text(before)
+        if old_key is not None and old_key != self.codec.key_text(after):
             # A primary key change is a delete of the old key and an insert of the new one.
             yield self._event("d", before, None)
             yield self._event("c", None, after)
@@ -163,10 +163,9 @@ class TableDecoder:
         payload = self.codec.encode(before, after)
         row = after if after is not None else before
         assert row is not None
-        key = self.codec.canonical_key(row)
-        return wire.encode_event(
-            wire.RawEvent(self.source, op, self.version, key_hash(key, payload), payload)
-        )
+        key = self.codec.key_text(row)
+        hashed = zlib.crc32(key.encode() if key is not None else payload)
+        return wire.encode_event(wire.RawEvent(self.source, op, self.version, hashed, payload))
 
 
 def _codec(col: BinlogColumn, collations: dict[int, str | None]) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -13,6 +12,7 @@ import fastavro
 
 from sluice.errors import SchemaError
 from sluice.schemas.columns import Column, avro_name, canonical_converter, json_converter
+from sluice.schemas.encoder import envelope_encoder
 
 NAMESPACE = "sluice"
 
@@ -83,12 +83,15 @@ def _ns(source: str) -> str:
     return ".".join(avro_name(part, set()) for part in source.split("."))
 
 
-def key_hash(key: dict[str, Any] | None, fallback: bytes) -> int:
-    """The partition hash of a key: crc32 of its canonical JSON (or of the payload, keyless)."""
-    if key is None:
-        return zlib.crc32(fallback)
-    text = json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return zlib.crc32(text.encode())
+def _key_formatter(kind: str) -> Callable[[Any], str]:
+    if kind in ("int", "year", "bit"):
+        return str
+    if kind in ("string", "enum", "uuid", "inet6"):
+        return lambda v: json.dumps(v, ensure_ascii=False)
+    convert = canonical_converter(kind)
+    return lambda v: json.dumps(
+        convert(v), ensure_ascii=False, sort_keys=True, separators=(",", ":")
+    )
 
 
 @dataclass(slots=True)
@@ -99,7 +102,8 @@ class RowCodec:
     _parsed: Any = field(init=False)
     _names: list[str] = field(init=False)
     _to_json: list[tuple[str, str, Callable[[Any], Any]]] = field(init=False)
-    _key_canonical: list[tuple[int, str, Callable[[Any], Any]]] = field(init=False)
+    _key_text: list[tuple[int, str, Callable[[Any], str]]] = field(init=False)
+    _encode: Callable[[Sequence[Any] | None, Sequence[Any] | None], bytes] = field(init=False)
 
     def __post_init__(self) -> None:
         row = self.schema.to_avro()
@@ -119,26 +123,25 @@ class RowCodec:
             for f, col in zip(row["fields"], self.schema.columns, strict=True)
         ]
         index = {col.name: i for i, col in enumerate(self.schema.columns)}
-        self._key_canonical = [
-            (index[name], name, canonical_converter(self.schema.columns[index[name]].kind))
-            for name in self.schema.primary_key
+        self._key_text = [
+            (
+                index[name],
+                json.dumps(name, ensure_ascii=False) + ":",
+                _key_formatter(self.schema.columns[index[name]].kind),
+            )
+            for name in sorted(self.schema.primary_key)
         ]
+        self._encode = envelope_encoder(self.schema.columns)
 
     def encode(self, before: Sequence[Any] | None, after: Sequence[Any] | None) -> bytes:
         """Encode canonical row values (in column order) as Avro binary."""
-        names = self._names
-        record = {
-            "before": None if before is None else dict(zip(names, before, strict=True)),
-            "after": None if after is None else dict(zip(names, after, strict=True)),
-        }
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, self._parsed, record)
-        return out.getvalue()
+        return self._encode(before, after)
 
-    def canonical_key(self, row: Sequence[Any]) -> dict[str, Any] | None:
-        if not self._key_canonical:
+    def key_text(self, row: Sequence[Any]) -> str | None:
+        """The key's canonical JSON (sorted, compact), straight from canonical values."""
+        if not self._key_text:
             return None
-        return {name: convert(row[i]) for i, name, convert in self._key_canonical}
+        return "{" + ",".join(prefix + fmt(row[i]) for i, prefix, fmt in self._key_text) + "}"
 
     def decode(self, payload: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """Decode a payload into JSON-mapped ``(before, after)`` rows."""
