@@ -68,7 +68,7 @@ def _pymysqlrepl(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]
 
     began = time.perf_counter()
     reader = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "passwd": ""},
+        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
         server_id=4242,
         log_file=f"binlog.{start >> 32:06d}",
         log_pos=scn_position(start),

@@ -83,7 +83,7 @@ def _direct_reader(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, A
     log_file, log_pos = cur.fetchone()[:2]  # type: ignore[index]
     arrivals: dict[int, float] = {}
     reader = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "passwd": ""},
+        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
         server_id=4343,
         log_file=log_file,
         log_pos=log_pos,
