@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import capture, latency, spark_path
+from benchmarks import capture, latency, serving, spark_path
 
 
 def main() -> int:
     print("== capture: rows/s over the same binlog ==")
     capture.run()
+    print("\n== end to end and serving ==")
+    serving.run()
     print("\n== latency: commit to consumer at 100 commits/s ==")
     latency.run()
     print("\n== Spark: relay into Parquet, fold, snapshot serving ==")

@@ -1,0 +1,225 @@
+"""Serving and end to end.
+
+- serving: events/s and MB/s from one relay process to 1 and to 50 concurrent clients reading
+  the whole buffer, with the relay's CPU seconds, against the relay's own raw read of its buffer;
+- end to end: ``sluice tail`` printing JSON from a relay capturing a binlog range, against a
+  python-mysql-replication loop printing the same rows as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from benchmarks.common import table, write_results
+from sluice.capture.metadata import end_scn
+from sluice.core.buffer import EventBuffer
+from sluice.core.scn import scn_position
+from sluice.core.wire import FrameParser, Heartbeat, read_window_header
+from sluice.relay.store import BUFFER_FILE
+from sluice.testing import PrivateMariaDB, RelayProcess
+
+ROWS_SQL = (
+    "INSERT INTO bench.t SELECT seq + {off}, seq, CONCAT('name-', seq), seq / 100, "
+    "'2024-01-02 03:04:05' FROM seq_1_to_{n}"
+)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _client(session: aiohttp.ClientSession, url: str, since: int, until: int) -> int:
+    size, scn = 0, since
+    while scn < until:
+        params = {"since_scn": str(scn), "timeout_ms": "0", "max_bytes": str(16 << 20)}
+        async with session.get(url + "/stream", params=params) as resp:
+            body = await resp.read()
+        size += len(body)
+        for frame in FrameParser().feed(body):
+            scn = frame.scn if isinstance(frame, Heartbeat) else read_window_header(frame).scn
+    return size
+
+
+async def _fan_out(url: str, since: int, until: int, clients: int) -> int:
+    async with aiohttp.ClientSession() as session:
+        sizes = await asyncio.gather(*(_client(session, url, since, until) for _ in range(clients)))
+    return sum(sizes)
+
+
+def _serving(relay: RelayProcess, data_dir: Path, events: int) -> dict[str, Any]:
+    stats = json.loads(subprocess.check_output(["curl", "-s", relay.url + "/stats"]))
+    since, until = int(stats["min_scn"]), int(stats["max_scn"])
+    assert relay.proc is not None
+    out: dict[str, Any] = {"events_in_buffer": events, "bytes_in_buffer": stats["bytes"]}
+    for clients in (1, 50):
+        cpu0, began = _cpu_seconds(relay.proc.pid), time.perf_counter()
+        total = asyncio.run(_fan_out(relay.url, since, until, clients))
+        seconds = time.perf_counter() - began
+        cpu = _cpu_seconds(relay.proc.pid) - cpu0
+        out[f"clients_{clients}"] = {
+            "events_per_s": round(events * clients / seconds),
+            "mb_per_s": round(total / seconds / 1e6, 1),
+            "relay_cpu_s": round(cpu, 2),
+            "relay_cpu_us_per_event": round(cpu / (events * clients) * 1e6, 2),
+        }
+    raw = _raw_buffer_read(data_dir)
+    out["raw_buffer_read_mb_per_s"] = raw
+    out["cpu_per_event_50_vs_1"] = round(
+        out["clients_50"]["relay_cpu_us_per_event"]
+        / max(out["clients_1"]["relay_cpu_us_per_event"], 1e-9),
+        2,
+    )
+    return out
+
+
+def _raw_buffer_read(data_dir: Path) -> float:
+    """The relay's own read of its buffer file (mmap + window seek), in MB/s."""
+    import mmap
+
+    with (data_dir / BUFFER_FILE).open("rb") as fh:
+        mem = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        buffer = EventBuffer(mem)  # type: ignore[arg-type]
+        buffer.restore()
+        began, size, scn, cursor = time.perf_counter(), 0, buffer.start_scn, None
+        while True:
+            windows, cursor = buffer.read(scn, 16 << 20, cursor)
+            if not windows:
+                break
+            size += sum(len(w) for w in windows)
+            scn = cursor.scn if cursor else scn
+        seconds = time.perf_counter() - began
+        mem.close()
+    return round(size / seconds / 1e6, 1)
+
+
+def _tail(relay_url: str, since: int, events: int) -> float:
+    began = time.perf_counter()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sluice.cli.main",
+            "tail",
+            "--relay",
+            relay_url,
+            "--since-scn",
+            str(since),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    for n, _line in enumerate(proc.stdout, 1):
+        if n >= events:
+            break
+    seconds = time.perf_counter() - began
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    return seconds
+
+
+def _pymysqlrepl_json(db: PrivateMariaDB, start: int, events: int) -> float:
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    began = time.perf_counter()
+    reader = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
+        server_id=4545,
+        log_file=f"binlog.{start >> 32:06d}",
+        log_pos=scn_position(start),
+        resume_stream=True,
+        blocking=False,
+        only_events=[WriteRowsEvent],
+    )
+    with Path(os.devnull).open("w") as out:
+        n = 0
+        for event in reader:
+            for row in event.rows:
+                out.write(
+                    json.dumps({"table": event.table, "after": row["values"]}, default=str) + "\n"
+                )
+                n += 1
+            if n >= events:
+                break
+    reader.close()
+    return time.perf_counter() - began
+
+
+def run(events: int = 100_000) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="sluice-serving-"))
+    with PrivateMariaDB(work / "db") as db:
+        conn = db.connect()
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE bench")
+            cur.execute(
+                "CREATE TABLE bench.t (id INT PRIMARY KEY, a INT, b VARCHAR(40), "
+                "c DECIMAL(10,2), d DATETIME)"
+            )
+            start = end_scn(conn)
+            cur.execute("USE bench")
+            for off in range(0, events, 1000):
+                cur.execute(ROWS_SQL.format(off=off, n=1000))
+        args = [
+            "--source",
+            db.url,
+            "--table",
+            "bench.t",
+            "--port",
+            "0",
+            "--data-dir",
+            str(work / "relay"),
+            "--since-scn",
+            str(start),
+            "--buffer-size",
+            str(256 << 20),
+        ]
+        relay = RelayProcess(args, work / "relay.log").start()
+        try:
+            tail_s = _tail(relay.url, start, events)  # capture and tail run as a pipeline
+            serving = _serving(relay, work / "relay", events)
+        finally:
+            relay.stop()
+        base_s = _pymysqlrepl_json(db, start, events)
+        conn.close()
+    end_to_end = {
+        "events": events,
+        "sluice_tail_events_per_s": round(events / tail_s),
+        "python_mysql_replication_json_events_per_s": round(events / base_s),
+        "ratio": round(base_s / tail_s, 2),
+    }
+    results = {"end_to_end": end_to_end, "serving": serving}
+    one, fifty = serving["clients_1"], serving["clients_50"]
+    print(
+        table(
+            [
+                ("measure", "value"),
+                (
+                    "sluice tail (capturing too) -> JSON",
+                    f"{end_to_end['sluice_tail_events_per_s']} ev/s",
+                ),
+                (
+                    "python-mysql-replication -> JSON",
+                    f"{end_to_end['python_mysql_replication_json_events_per_s']} ev/s",
+                ),
+                ("tail vs python-mysql-replication", f"{end_to_end['ratio']}x"),
+                ("serving 1 client", f"{one['events_per_s']} ev/s, {one['mb_per_s']} MB/s"),
+                ("serving 50 clients", f"{fifty['events_per_s']} ev/s, {fifty['mb_per_s']} MB/s"),
+                ("relay CPU per event, 50 vs 1 client", f"{serving['cpu_per_event_50_vs_1']}x"),
+                ("relay raw buffer read", f"{serving['raw_buffer_read_mb_per_s']} MB/s"),
+            ]
+        )
+    )
+    print("wrote", write_results("serving", results))
+    return results
