@@ -18,7 +18,13 @@ from sluice.capture.binlog.tablemap import parse_table_map
 from sluice.capture.metadata import ServerInfo, check_server, column_info, end_scn
 from sluice.capture.tables import TableDecoder
 from sluice.core.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
-from sluice.errors import DecodeError, SluiceError, SourceConnectionError, SourceError
+from sluice.errors import (
+    DecodeError,
+    SluiceError,
+    SourceConnectionError,
+    SourceError,
+    WindowTooLarge,
+)
 from sluice.schemas import SchemaRegistry
 
 log = logging.getLogger(__name__)
@@ -52,6 +58,7 @@ class CaptureStats:
 class _Transaction:
     events: list[bytes] = field(default_factory=list)
     open: bool = False
+    size: int = 0
 
 
 class MySQLCapture:
@@ -66,6 +73,7 @@ class MySQLCapture:
         *,
         server_id: int | None = None,
         on_fatal: Callable[[SluiceError], None] | None = None,
+        max_window_bytes: int | None = None,
     ) -> None:
         self._params = params
         self._tables = frozenset(tables)
@@ -73,6 +81,9 @@ class MySQLCapture:
         self._sink = sink
         self._server_id = server_id or random.randint(10_000, 2**31 - 1)
         self._on_fatal = on_fatal
+        # Memory stays bounded: a transaction that cannot fit the buffer is refused as it
+        # grows, not after it was held whole.
+        self._max_window_bytes = max_window_bytes
         self.stats = CaptureStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -249,8 +260,18 @@ class MySQLCapture:
 
     def _rows(self, txn: _Transaction, kind: int, body: bytes) -> None:
         decoder = self._decoders.get(int.from_bytes(body[:6], "little"))
-        if decoder is not None:
-            txn.events.extend(decoder.events(kind, body))
+        if decoder is None:
+            return
+        before = len(txn.events)
+        txn.events.extend(decoder.events(kind, body))
+        if self._max_window_bytes is not None:
+            txn.size += sum(len(e) for e in txn.events[before:])
+            if txn.size > self._max_window_bytes:
+                raise WindowTooLarge(
+                    f"a transaction of more than {txn.size} bytes of events does not fit in "
+                    f"the event buffer ({self._max_window_bytes} bytes); raise --buffer-size",
+                    scn=self.stats.last_scn,
+                )
 
     def _commit(self, txn: _Transaction, scn: int, timestamp: int) -> None:
         if txn.events:

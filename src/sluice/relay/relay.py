@@ -71,6 +71,7 @@ class Relay(AsyncComponent):
             self._sink,
             server_id=self.config.server_id,
             on_fatal=self._on_fatal,
+            max_window_bytes=store.buffer.capacity,
         )
         try:
             info = await asyncio.to_thread(capture.check)
