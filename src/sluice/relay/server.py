@@ -19,12 +19,10 @@ if TYPE_CHECKING:
     from sluice.relay.relay import Relay
 
 log = logging.getLogger(__name__)
-RELAY_KEY = web.AppKey("relay", object)
 
 
 def make_app(relay: Relay) -> web.Application:
     app = web.Application(middlewares=[errors_as_json])
-    app[RELAY_KEY] = relay
     api = _Api(relay)
     app.router.add_get("/stream", api.stream)
     app.router.add_get("/offsets", api.offsets)

@@ -100,7 +100,6 @@ class RowCodec:
 
     schema: TableSchema
     _parsed: Any = field(init=False)
-    _names: list[str] = field(init=False)
     _to_json: list[tuple[str, str, Callable[[Any], Any]]] = field(init=False)
     _key_text: list[tuple[int, str, Callable[[Any], str]]] = field(init=False)
     _encode: Callable[[Sequence[Any] | None, Sequence[Any] | None], bytes] = field(init=False)
@@ -117,7 +116,6 @@ class RowCodec:
             ],
         }
         self._parsed = fastavro.parse_schema(envelope)
-        self._names = [f["name"] for f in row["fields"]]
         self._to_json = [
             (f["name"], col.name, json_converter(col.kind))
             for f, col in zip(row["fields"], self.schema.columns, strict=True)
