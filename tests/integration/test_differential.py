@@ -101,14 +101,14 @@ def _workload(conn: pymysql.Connection[Any], rows: int) -> None:
     rng = random.Random(99)
     with conn.cursor() as cur:
         for i in range(rows):
-            row = random_all_types(rng)
+            row = random_all_types(rng, nulls=i % 2 == 0)  # odd rows take the no-NULL path
             cols = ", ".join(["id", *row])
             cur.execute(
                 f"INSERT INTO alltypes ({cols}) VALUES ({', '.join(['%s'] * (len(row) + 1))})",
                 (i, *row.values()),
             )
             if i % 3 == 0:
-                upd = random_all_types(rng)
+                upd = random_all_types(rng, nulls=i % 2 == 0)
                 cur.execute(
                     f"UPDATE alltypes SET {', '.join(f'{c}=%s' for c in upd)} WHERE id=%s",
                     (*upd.values(), i),

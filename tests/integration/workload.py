@@ -102,9 +102,9 @@ def _time(rng: random.Random, fsp: int) -> dt.timedelta:
     return dt.timedelta(microseconds=micros * rng.choice((1, -1)))
 
 
-def random_all_types(rng: random.Random) -> dict[str, Any]:
+def random_all_types(rng: random.Random, nulls: bool = True) -> dict[str, Any]:
     def maybe(value: Any) -> Any:
-        return None if rng.random() < 0.1 else value
+        return None if nulls and rng.random() < 0.1 else value
 
     row: dict[str, Any] = {
         "ti": _pick(rng, -128, 127, 0, rng.randint(-128, 127)),
@@ -225,7 +225,7 @@ class Workload:
     def _insert(self, cur: Any, table: str) -> None:
         rng = self.rng
         if table == "alltypes":
-            row = random_all_types(rng)
+            row = random_all_types(rng, nulls=rng.random() < 0.5)
             cols = ", ".join(["id", *row])
             marks = ", ".join(["%s"] * (len(row) + 1))
             key = self._new_id()
@@ -250,7 +250,7 @@ class Workload:
         rng = self.rng
         key = rng.choice(sorted(self.ids[table]))
         if table == "alltypes":
-            row = random_all_types(rng)
+            row = random_all_types(rng, nulls=rng.random() < 0.5)
             sets = ", ".join(f"{c}=%s" for c in row)
             cur.execute(f"UPDATE alltypes SET {sets} WHERE id=%s", (*row.values(), key))
         elif table == "person":

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sluice.capture.binlog import constants as t
+from sluice.capture.binlog.fastrow import build_fast_row
 from sluice.capture.binlog.reader import Reader
 from sluice.capture.binlog.tablemap import BinlogColumn, TableMap
 from sluice.capture.binlog.values import ValueDecoder, make_decoder
@@ -85,6 +86,7 @@ class TableDecoder:
         self.source = table_map.source
         columns: list[Column] = []
         decoders: list[ValueDecoder] = []
+        codecs: list[str | None] = []
         for col in table_map.columns:
             codec = _codec(col, collations)
             kind, mysql_type = column_kind(col, codec, info.get(col.name))
@@ -99,17 +101,22 @@ class TableDecoder:
                 )
             )
             decoders.append(make_decoder(col, kind, codec))
+            codecs.append(codec)
         primary_key = tuple(table_map.columns[i].name for i in table_map.primary_key)
         schema = registry.register(self.source, tuple(columns), primary_key)
         self.version = schema.version
         self.codec: RowCodec = registry.codec(self.source, schema.version)
         self._decoders = decoders
         self._count = len(decoders)
+        self._null_bytes = (self._count + 7) // 8
+        self._fast = build_fast_row(table_map.columns, [c.kind for c in columns], codecs, decoders)
 
     def _row(self, data: bytes, pos: int) -> tuple[list[Any], int]:
-        nbytes = (self._count + 7) // 8
-        nulls = int.from_bytes(data[pos : pos + nbytes], "little")
-        pos += nbytes
+        end = pos + self._null_bytes
+        nulls = int.from_bytes(data[pos:end], "little")
+        if not nulls:
+            return self._fast(data, end)
+        pos = end
         values: list[Any] = []
         for i, decode in enumerate(self._decoders):
             if nulls >> i & 1:
