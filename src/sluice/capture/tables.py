@@ -109,11 +109,13 @@ class TableDecoder:
         self._decoders = decoders
         self._count = len(decoders)
         self._null_bytes = (self._count + 7) // 8
+        self._null_mask = (1 << self._count) - 1
         self._fast = build_fast_row(table_map.columns, [c.kind for c in columns], codecs, decoders)
 
     def _row(self, data: bytes, pos: int) -> tuple[list[Any], int]:
         end = pos + self._null_bytes
-        nulls = int.from_bytes(data[pos:end], "little")
+        # The server may set the unused high bits of the last byte; only real columns count.
+        nulls = int.from_bytes(data[pos:end], "little") & self._null_mask
         if not nulls:
             return self._fast(data, end)
         pos = end
