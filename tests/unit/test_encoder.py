@@ -7,8 +7,10 @@ from typing import Any
 
 import fastavro
 from hypothesis import given
+from hypothesis import strategies as st
 
 from sluice.schemas import RowCodec
+from sluice.schemas.encoder import varint
 from tests.unit.test_schemas import COLUMNS, SCHEMA, row_values
 
 
@@ -44,3 +46,13 @@ def test_key_text_is_canonical_json(row: tuple[Any, ...]) -> None:
     assert codec.key_text(row) == json.dumps(
         key, sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
+
+
+@given(n=st.integers(0, 2**64 - 1))
+def test_varint_is_leb128(n: int) -> None:
+    expected, value = bytearray(), n
+    while value >= 0x80:
+        expected.append((value & 0x7F) | 0x80)
+        value >>= 7
+    expected.append(value)
+    assert varint(n) == bytes(expected)

@@ -20,16 +20,20 @@ _SMALL = [bytes([n]) if n < 0x80 else bytes([(n & 0x7F) | 0x80, n >> 7]) for n i
 _DOUBLE = struct.Struct("<d").pack
 
 
+# 14 bits at a time: two bytes, both with the continuation bit set.
+_CONT14 = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(1 << 14)]
+
+
 def varint(n: int) -> bytes:
     """Unsigned LEB128 (``n`` >= 0)."""
     if n < 1 << 14:
         return _SMALL[n]
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    parts = []
+    while n >= 1 << 14:
+        parts.append(_CONT14[n & 0x3FFF])
+        n >>= 14
+    parts.append(_SMALL[n])
+    return b"".join(parts)
 
 
 def long(n: int) -> bytes:
