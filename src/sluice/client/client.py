@@ -89,6 +89,7 @@ class AsyncClient:
         self._relay_index = 0
         self._connections: list[RelayConnection] = []
         self._bootstrap: RelayConnection | None = None
+        self._caught_up_at = -1
 
     @property
     def scn(self) -> int:
@@ -191,11 +192,16 @@ class AsyncClient:
                 scn=self.scn,
             )
         stats = await self._bootstrap.get_json("/stats")
-        if self.scn >= int(stats["log_start_scn"]) and not isinstance(self.checkpoint, CatchUp):
-            log.info("relay no longer holds SCN %d: catching up from the bootstrap log", self.scn)
+        if self.scn >= int(stats["log_start_scn"]):
+            if self.scn == self._caught_up_at:
+                # Back from catch-up, and the relay still does not reach down to us: the
+                # bootstrap log lags the relay's oldest SCN. Wait instead of spinning.
+                await self._sleep(1.0)
+            else:
+                log.info(
+                    "relay no longer holds SCN %d: catching up from the bootstrap log", self.scn
+                )
             self.checkpoint = CatchUp(self.scn)
-        elif int(stats["max_scn"]) <= self.scn and isinstance(self.checkpoint, CatchUp):
-            await self._sleep(1.0)  # the bootstrap log has not reached the relay yet
         else:
             log.info("SCN %d is older than the bootstrap log: reading its snapshot", self.scn)
             self.checkpoint = Snapshot(await self._snapshot_scn())
@@ -206,6 +212,7 @@ class AsyncClient:
         caught_up = await self._pull(self._bootstrap, until_caught_up=True)
         if caught_up:
             log.info("caught up from the bootstrap log at SCN %d; back to the relay", self.scn)
+            self._caught_up_at = self.scn
             self.checkpoint = Online(self.scn)
             self._save(force=True)
 
