@@ -66,6 +66,9 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False)  # one encoder, not one per json.dumps call
+
+
 class JsonLinesConsumer(BaseConsumer):
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -75,7 +78,7 @@ class JsonLinesConsumer(BaseConsumer):
         self.lines.clear()
 
     def on_event(self, event: Event) -> None:
-        self.lines.append(json.dumps(event.to_json_dict(), ensure_ascii=False))
+        self.lines.append(_ENCODER.encode(event.to_json_dict()))
 
     def on_window_end(self, window: Window) -> None:
         self.out.write("\n".join(self.lines) + "\n")

@@ -66,7 +66,7 @@ class ClientConfig:
 
 
 async def _call(result: Any) -> None:
-    if inspect.isawaitable(result):
+    if result is not None and inspect.isawaitable(result):  # plain hooks return None
         await result
 
 
