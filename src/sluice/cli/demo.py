@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import json
 import random
 import shutil
 import statistics
@@ -164,7 +165,9 @@ async def _pipeline(db: PrivateMariaDB, base: Path, args: argparse.Namespace) ->
         await consumer
         replicas: dict[str, ReplicaConsumer] = {"live consumer": replica}
         if job is not None:
-            replicas["late consumer (snapshot + catch-up)"] = await _late_consumer(url, job)
+            replicas["late consumer (snapshot + catch-up)"] = await _late_consumer(
+                url, job, relay.buffer.max_scn
+            )
         return _verify(db, replicas, workload)
 
 
@@ -186,16 +189,25 @@ def _start_bootstrap_job(relay_url: str, base: Path) -> tuple[Any, threading.Thr
     return job, thread
 
 
-async def _late_consumer(relay_url: str, running: tuple[Any, threading.Thread]) -> ReplicaConsumer:
+def _job_reached(job: Any, scn: int) -> bool:
+    """Whether the bootstrap job's last micro-batch ended at or after ``scn``."""
+    progress = job.query.lastProgress if job.query is not None else None
+    if not progress or not progress.get("sources"):
+        return False
+    end = progress["sources"][0].get("endOffset")
+    end = json.loads(end) if isinstance(end, str) else end
+    return bool(end) and int(end.get("scn", 0)) >= scn
+
+
+async def _late_consumer(
+    relay_url: str, running: tuple[Any, threading.Thread], relay_max_scn: int
+) -> ReplicaConsumer:
     from sluice.bootstrap.server import BootstrapServer  # noqa: PLC0415
 
     job, thread = running
-    await _wait(
-        lambda: (
-            job.error is not None or (job.query is not None and job.query.lastProgress is not None)
-        ),
-        120,
-    )
+    # Stop the job only once its log holds everything the relay has: the snapshot is then
+    # complete, whatever the timing of Spark's first micro-batches.
+    await _wait(lambda: job.error is not None or _job_reached(job, relay_max_scn), 180)
     job.stop()
     await asyncio.to_thread(thread.join, 300)
     if job.error is not None:
