@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from benchmarks.common import table, write_results
+from benchmarks.common import binlog_reader, table, write_results
 from sluice.capture import CapturedWindow, MySQLCapture
 from sluice.capture.metadata import end_scn
 from sluice.core.scn import scn_position
@@ -63,20 +63,8 @@ def _sluice(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
 
 
 def _pymysqlrepl(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.row_event import WriteRowsEvent
-
     began = time.perf_counter()
-    reader = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
-        server_id=4242,
-        log_file=f"binlog.{start >> 32:06d}",
-        log_pos=scn_position(start),
-        resume_stream=True,
-        blocking=False,
-        only_events=[WriteRowsEvent],
-        is_mariadb=False,
-    )
+    reader = binlog_reader(db, start, 4242)
     count = 0
     for event in reader:
         for row in event.rows:

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sluice.core.scn import scn_position
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -33,3 +35,23 @@ def table(rows: list[tuple[str, ...]]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def binlog_reader(
+    db: Any, start_scn: int, server_id: int, *, blocking: bool = False, **filters: Any
+) -> Any:
+    """The baseline: python-mysql-replication reading inserted rows from ``start_scn``
+    (file/position mode with ``resume_stream``, the only correct one on MariaDB)."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    return BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
+        server_id=server_id,
+        log_file=f"binlog.{start_scn >> 32:06d}",
+        log_pos=scn_position(start_scn),
+        resume_stream=True,
+        blocking=blocking,
+        only_events=[WriteRowsEvent],
+        **filters,
+    )

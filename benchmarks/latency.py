@@ -12,7 +12,8 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from benchmarks.common import table, write_results
+from benchmarks.common import binlog_reader, table, write_results
+from sluice.capture.metadata import end_scn
 from sluice.client import AsyncClient, BaseConsumer, ClientConfig
 from sluice.core.event import Event
 from sluice.relay import Relay, RelayConfig
@@ -74,24 +75,10 @@ async def _measure(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, A
 
 def _direct_reader(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, Any]:
     """Baseline: python-mysql-replication's arrival latency reading the binlog directly."""
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.row_event import WriteRowsEvent
-
     conn = db.connect()
     cur = conn.cursor()
-    cur.execute("SHOW MASTER STATUS")
-    log_file, log_pos = cur.fetchone()[:2]  # type: ignore[index]
     arrivals: dict[int, float] = {}
-    reader = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
-        server_id=4343,
-        log_file=log_file,
-        log_pos=log_pos,
-        resume_stream=True,
-        blocking=True,
-        only_events=[WriteRowsEvent],
-        only_tables=["lat2"],
-    )
+    reader = binlog_reader(db, end_scn(conn), 4343, blocking=True, only_tables=["lat2"])
     total = int(rate * seconds)
 
     def read() -> None:

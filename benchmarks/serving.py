@@ -20,10 +20,9 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.common import table, write_results
+from benchmarks.common import binlog_reader, table, write_results
 from sluice.capture.metadata import end_scn
 from sluice.core.buffer import EventBuffer
-from sluice.core.scn import scn_position
 from sluice.core.wire import FrameParser, Heartbeat, read_window_header
 from sluice.relay.store import BUFFER_FILE
 from sluice.testing import PrivateMariaDB, RelayProcess
@@ -133,19 +132,8 @@ def _tail(relay_url: str, since: int, events: int) -> float:
 
 
 def _pymysqlrepl_json(db: PrivateMariaDB, start: int, events: int) -> float:
-    from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.row_event import WriteRowsEvent
-
     began = time.perf_counter()
-    reader = BinLogStreamReader(
-        connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
-        server_id=4545,
-        log_file=f"binlog.{start >> 32:06d}",
-        log_pos=scn_position(start),
-        resume_stream=True,
-        blocking=False,
-        only_events=[WriteRowsEvent],
-    )
+    reader = binlog_reader(db, start, 4545)
     with Path(os.devnull).open("w") as out:
         n = 0
         for event in reader:

@@ -265,3 +265,28 @@ def test_a_store_that_is_not_a_store(tmp_path: Path) -> None:
         store.create(0, ("a.b",))
     for result in (served, compacted):
         assert "Traceback" not in result.stderr
+
+
+def test_bootstrap_job_errors_are_sentences(tmp_path: Path) -> None:
+    from sluice.bootstrap.job import spark_failure
+    from sluice.testing import free_port
+
+    dead = run_sluice(
+        "bootstrap",
+        "run",
+        "--relay",
+        f"http://127.0.0.1:{free_port()}",
+        "--source",
+        "a.b",
+        "--store",
+        str(tmp_path / "store"),
+        "--once",
+    )
+    assert dead.returncode == 1 and "no relay answered" in dead.stderr
+    worker_trace = (
+        "[STREAM_FAILED] Query terminated\nTraceback (most recent call last):\n"
+        '  File "x.py"\nsluice.errors.RelayUnavailable: no relay answered: boom\n'
+    )
+    assert str(spark_failure("the stream failed", Exception(worker_trace))) == (
+        "the stream failed: no relay answered: boom"
+    )

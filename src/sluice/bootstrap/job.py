@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
@@ -53,6 +55,17 @@ def spark_session(master: str | None = None, app: str = "sluice-bootstrap") -> A
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SLUICE_SPARK_LOG_LEVEL", "ERROR"))
     return session
+
+
+_SLUICE_ERROR = re.compile(r"sluice\.errors\.\w+: (.+)")
+
+
+def spark_failure(what: str, exc: BaseException) -> SluiceError:
+    """A Spark failure as one sentence: the Sluice error a worker raised, if there was one."""
+    text = str(exc)
+    found = _SLUICE_ERROR.findall(text)
+    detail = found[-1].strip() if found else text.strip().splitlines()[0][:300]
+    return SluiceError(f"{what}: {detail}")
 
 
 def save_schemas(relays: tuple[str, ...], sources: tuple[str, ...], store: BootstrapStore) -> None:
@@ -102,6 +115,9 @@ class BootstrapJob:
         """Run until ``stop()``; a failure is raised and also kept in ``error``."""
         try:
             self._run()
+        except PySparkException as exc:
+            self.error = spark_failure("the bootstrap job failed", exc)
+            raise self.error from None
         except BaseException as exc:
             self.error = exc
             raise
@@ -151,5 +167,6 @@ class BootstrapJob:
                 fold(spark, self.store)
             except Exception:
                 log.exception("fold failed; retrying at the next interval")
-        if self.query.exception() is not None:
-            raise SluiceError(f"the bootstrap stream failed: {self.query.exception()}")
+        failure = self.query.exception()
+        if failure is not None:
+            raise spark_failure("the bootstrap stream failed", failure)

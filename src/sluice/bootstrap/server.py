@@ -115,17 +115,9 @@ class BootstrapServer(AsyncComponent):
         self._check_since(req.since_scn)
 
         def count() -> dict[str, Any]:
-            scn, events = req.since_scn, 0
-            for frame in self.reader.log_windows(req.since_scn, req.filter, 1 << 62):
-                if isinstance(frame, wire.Heartbeat):
-                    break
-                n = wire.count_events(frame, req.filter)
-                if events and events + n > req.max_events:
-                    break
-                events += n
-                scn = wire.read_window_header(frame).scn
-                if events >= req.max_events:
-                    break
+            frames = self.reader.log_windows(req.since_scn, req.filter, 1 << 62)
+            windows = (f for f in frames if not isinstance(f, wire.Heartbeat))
+            scn, events = wire.offset_after(windows, req.filter, req.since_scn, req.max_events)
             return {"scn": scn, "events": events}
 
         return json_response(200, await asyncio.to_thread(count))

@@ -6,6 +6,7 @@ from typing import Any
 
 import pymysql
 
+from sluice.capture.metadata import json_columns
 from sluice.errors import SourceSetupError
 from sluice.schemas import Column, TableSchema
 
@@ -80,17 +81,12 @@ def describe_table(conn: pymysql.Connection[Any], source: str) -> TableSchema:
         if not rows:
             raise SourceSetupError(f"unknown table {source!r}", source=source)
         cur.execute(
-            "SELECT CONSTRAINT_NAME AS c FROM information_schema.CHECK_CONSTRAINTS WHERE "
-            "CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
-            (schema, table),
-        )
-        json_columns = {str(r["c"]) for r in cur.fetchall()}
-        cur.execute(
             "SELECT COLUMN_NAME AS c FROM information_schema.KEY_COLUMN_USAGE WHERE "
             "TABLE_SCHEMA=%s AND TABLE_NAME=%s AND CONSTRAINT_NAME='PRIMARY' "
             "ORDER BY ORDINAL_POSITION",
             (schema, table),
         )
         primary_key = tuple(str(r["c"]) for r in cur.fetchall())
-    columns = tuple(_column(row, json_columns) for row in rows)
+    json_names = json_columns(conn, source)
+    columns = tuple(_column(row, json_names) for row in rows)
     return TableSchema(source, 1, columns, primary_key)

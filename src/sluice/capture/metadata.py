@@ -65,7 +65,6 @@ _REQUIRED = {
 @dataclass(frozen=True, slots=True)
 class ColumnInfo:
     data_type: str
-    column_type: str
     is_json: bool
 
 
@@ -73,7 +72,6 @@ class ColumnInfo:
 class ServerInfo:
     log_base: str
     end_scn: int
-    first_log: str
     logs: tuple[str, ...]
     collations: dict[int, str | None]
 
@@ -107,7 +105,6 @@ def check_server(conn: pymysql.Connection[Any], tables: tuple[str, ...]) -> Serv
     return ServerInfo(
         base,
         scn_of_log(status[0], int(status[1])),
-        str(logs[0][0]),
         tuple(str(row[0]) for row in logs),
         load_collations(conn),
     )
@@ -175,24 +172,25 @@ def load_collations(conn: pymysql.Connection[Any]) -> dict[int, str | None]:
     return out
 
 
-def column_info(conn: pymysql.Connection[Any], source: str) -> dict[str, ColumnInfo]:
+def json_columns(conn: pymysql.Connection[Any], source: str) -> set[str]:
+    """MariaDB's JSON columns: LONGTEXT with a ``json_valid`` CHECK named after the column."""
     schema, _, table = source.partition(".")
-    checks = {
-        str(row[0])
-        for row in _query(
-            conn,
-            "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS WHERE "
-            "CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
-            (schema, table),
-        )
-    }
     rows = _query(
         conn,
-        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
+        "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS WHERE "
+        "CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s AND CHECK_CLAUSE LIKE 'json_valid(%%'",
+        (schema, table),
+    )
+    return {str(row[0]) for row in rows}
+
+
+def column_info(conn: pymysql.Connection[Any], source: str) -> dict[str, ColumnInfo]:
+    schema, _, table = source.partition(".")
+    checks = json_columns(conn, source)
+    rows = _query(
+        conn,
+        "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
         (schema, table),
     )
-    return {
-        str(name): ColumnInfo(str(dtype).lower(), str(ctype).lower(), str(name) in checks)
-        for name, dtype, ctype in rows
-    }
+    return {str(name): ColumnInfo(str(dtype).lower(), str(name) in checks) for name, dtype in rows}

@@ -51,7 +51,6 @@ class CaptureStats:
     source_end_scn: int = 0
     reconnects: int = 0
     connected: bool = False
-    error: SluiceError | None = field(default=None, repr=False)
 
 
 @dataclass(slots=True)
@@ -165,7 +164,6 @@ class MySQLCapture:
     def _fail(self, exc: SluiceError) -> None:
         if self._stop.is_set():
             return
-        self.stats.error = exc
         self.stats.connected = False
         log.error("capture stopped: %s", exc)
         if self._on_fatal is not None:
@@ -175,7 +173,7 @@ class MySQLCapture:
         assert self._info is not None
         scn = self.stats.last_scn
         if scn == 0:
-            return self._info.first_log, 4
+            return self._info.logs[0], 4
         return log_name(self._info.log_base, scn_file_no(scn)), max(scn_position(scn), 4)
 
     def _stream_once(self) -> None:

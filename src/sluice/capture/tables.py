@@ -139,11 +139,10 @@ class TableDecoder:
                 f"rows event for {self.source} has {count} columns, its table map {self._count}",
                 source=self.source,
             )
-        present = (count + 7) // 8
         images = 2 if event_type in t.UPDATE_ROWS else 1
-        full = b"\xff" * (count // 8) + (bytes([(1 << (count % 8)) - 1]) if count % 8 else b"")
         for _ in range(images):
-            if r.take(present) != full:
+            present = int.from_bytes(r.take(self._null_bytes), "little") & self._null_mask
+            if present != self._null_mask:
                 raise DecodeError(
                     f"partial row image for {self.source}: set binlog_row_image=FULL",
                     source=self.source,

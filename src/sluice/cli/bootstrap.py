@@ -78,15 +78,21 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
+    from pyspark.errors import PySparkException  # noqa: PLC0415
+
     from sluice.bootstrap.fold import fold  # noqa: PLC0415
-    from sluice.bootstrap.job import spark_session  # noqa: PLC0415
+    from sluice.bootstrap.job import spark_failure, spark_session  # noqa: PLC0415
     from sluice.bootstrap.store import BootstrapStore  # noqa: PLC0415
 
     store = BootstrapStore(args.store)
     store.meta()
     spark = spark_session(args.master, "sluice-compact")
-    scn = fold(spark, store, full=args.full)
-    spark.stop()
+    try:
+        scn = fold(spark, store, full=args.full)
+    except PySparkException as exc:
+        raise spark_failure("the fold failed", exc) from None
+    finally:
+        spark.stop()
     print(f"snapshot at SCN {scn}" if scn is not None else "the log is empty: no snapshot")
     return 0
 

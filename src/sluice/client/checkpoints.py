@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Protocol
 
 from sluice.core.checkpoint import Checkpoint, decode_checkpoint, encode_checkpoint
 from sluice.errors import CheckpointError, ConfigError
+from sluice.files import write_atomically
 
 
 class CheckpointStore(Protocol):
@@ -49,9 +49,4 @@ class FileCheckpointStore:
         return decode_checkpoint(text, where=f"checkpoint file {self.path}")
 
     def save(self, checkpoint: Checkpoint) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(encode_checkpoint(checkpoint))
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(self.path)
+        write_atomically(self.path, encode_checkpoint(checkpoint))

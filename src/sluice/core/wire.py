@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from sluice.core.event import OPS, Op
@@ -88,12 +88,6 @@ def encode_window(scn: int, prev_scn: int, ts_ms: int, events: Sequence[bytes]) 
 
 def encode_heartbeat(scn: int) -> bytes:
     return _HEARTBEAT.pack(HEARTBEAT_MAGIC, HEARTBEAT_SIZE, scn, 0)
-
-
-def peek_frame(data: bytes | memoryview, offset: int = 0) -> tuple[bytes, int]:
-    """Magic and total length of the frame at ``offset`` (no validation)."""
-    magic, length = _LEN_AT.unpack_from(data, offset)
-    return bytes(magic), length
 
 
 def read_window_header(data: bytes | memoryview, offset: int = 0) -> WindowHeader:
@@ -178,6 +172,21 @@ def count_events(window: bytes | memoryview, flt: Filter) -> int:
     return sum(
         1 for _s, _e, key_hash, source in iter_event_spans(window) if flt.keeps(key_hash, source)
     )
+
+
+def offset_after(
+    windows: Iterable[bytes], flt: Filter, since_scn: int, max_events: int
+) -> tuple[int, int]:
+    """``(scn, events)``: the whole windows after ``since_scn`` holding at most ``max_events``
+    kept events (at least one window) end at ``scn``."""
+    scn, events = since_scn, 0
+    for window in windows:
+        count = count_events(window, flt)
+        if events and events + count > max_events:
+            break
+        events += count
+        scn = read_window_header(window).scn
+    return scn, events
 
 
 def filter_window(window: bytes, flt: Filter) -> bytes | None:

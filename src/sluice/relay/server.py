@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from sluice.core import wire
+from sluice.core.buffer import EventBuffer
 from sluice.core.requests import HttpProblem, StreamRequest, parse_offsets, parse_stream
 from sluice.errors import BootstrapRequired, SchemaError
 from sluice.schemas.events import decode_window
@@ -48,19 +50,9 @@ class _Api:
                 f"since_scn {req.since_scn} is older than this relay holds",
                 oldest_scn=buffer.start_scn,
             )
-        scn, events, cursor = req.since_scn, 0, None
-        while events < req.max_events:
-            windows, cursor = buffer.read(scn, 1 << 20, cursor)
-            if not windows:
-                break
-            for window in windows:
-                count = wire.count_events(window, req.filter)
-                if events and events + count > req.max_events:
-                    return json_response(
-                        200, {"scn": scn, "events": events, "max_scn": buffer.max_scn}
-                    )
-                events += count
-                scn = wire.read_window_header(window).scn
+        scn, events = wire.offset_after(
+            _held_windows(buffer, req.since_scn), req.filter, req.since_scn, req.max_events
+        )
         return json_response(200, {"scn": scn, "events": events, "max_scn": buffer.max_scn})
 
     async def stats(self, request: web.Request) -> web.Response:
@@ -68,9 +60,10 @@ class _Api:
 
     async def sources(self, request: web.Request) -> web.Response:
         registry = self.relay.registry
+        known = set(registry.sources())
         out = []
         for source in self.relay.tables:
-            versions = registry.versions(source) if source in registry.sources() else []
+            versions = registry.versions(source) if source in known else []
             out.append(
                 {"source": source, "schema_version": versions[-1].version if versions else None}
             )
@@ -141,6 +134,17 @@ class _Api:
         finally:
             relay.clients -= 1
         return response
+
+
+def _held_windows(buffer: EventBuffer, since_scn: int) -> Iterator[bytes]:
+    """The buffer's windows after ``since_scn``, read lazily in chunks."""
+    scn, cursor = since_scn, None
+    while True:
+        windows, cursor = buffer.read(scn, 1 << 20, cursor)
+        if not windows:
+            return
+        yield from windows
+        scn = wire.read_window_header(windows[-1]).scn
 
 
 class _Streamer:

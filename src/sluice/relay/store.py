@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sluice.core.buffer import EventBuffer
 from sluice.errors import ConfigError
-from sluice.schemas.registry import write_atomically
+from sluice.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,15 @@ class BufferStore:
             raise ConfigError(f"cannot create the data dir {data_dir}: {exc}") from None
         path = data_dir / BUFFER_FILE
         existed = path.exists() and path.stat().st_size == size
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(self._fd, size)
-        self._mmap = mmap.mmap(self._fd, size)
+        try:
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            os.ftruncate(self._fd, size)
+            self._mmap = mmap.mmap(self._fd, size)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot map the event buffer {path} ({size} bytes): {exc}; "
+                "check --data-dir and --buffer-size"
+            ) from None
         self.buffer = EventBuffer(self._mmap)
         self.restored = existed and self.buffer.restore()
         if existed and not self.restored:

@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 
-from sluice.errors import SchemaError
+from sluice.errors import ConfigError, SchemaError
+from sluice.files import write_atomically
 from sluice.schemas.avro import RowCodec, TableSchema
 from sluice.schemas.columns import Column
 
 log = logging.getLogger(__name__)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write temp, fsync, rename: readers see the old file or the new one, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
 
 
 class SchemaRegistry:
@@ -34,7 +24,10 @@ class SchemaRegistry:
         self._versions: dict[str, list[TableSchema]] = {}
         self._codecs: dict[tuple[str, int], RowCodec] = {}
         if directory is not None:
-            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot create the schema dir {directory}: {exc}") from None
             self._load(directory)
 
     def _load(self, directory: Path) -> None:

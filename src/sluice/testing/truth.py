@@ -15,6 +15,7 @@ from typing import Any
 import pymysql
 
 from sluice.capture.binlog.values import shortest_float32
+from sluice.schemas.columns import json_converter
 from sluice.testing.consumers import key_text
 
 _BINARY = {
@@ -33,12 +34,7 @@ _BINARY = {
 
 def _time_text(value: dt.timedelta) -> str:
     micros = value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds
-    sign = "-" if micros < 0 else ""
-    seconds, frac = divmod(abs(micros), 1_000_000)
-    minutes, sec = divmod(seconds, 60)
-    hours, minute = divmod(minutes, 60)
-    text = f"{sign}{hours:02d}:{minute:02d}:{sec:02d}"
-    return f"{text}.{frac:06d}" if frac else text
+    return str(json_converter("time")(micros))
 
 
 def json_value(data_type: str, scale: int, value: Any) -> Any:
