@@ -17,12 +17,14 @@ from decimal import Decimal
 from typing import Any
 
 import pymysql
+import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
 from sluice.capture.binlog.values import shortest_float32
 from sluice.capture.metadata import end_scn
+from sluice.capture.tables import TableDecoder
 from sluice.core.scn import scn_position
 from sluice.core.wire import encode_window
 from sluice.schemas import SchemaRegistry
@@ -117,9 +119,32 @@ def _workload(conn: pymysql.Connection[Any], rows: int) -> None:
                 cur.execute("DELETE FROM alltypes WHERE id=%s", (i,))
 
 
+def _check_against_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[list[tuple[bytes, bytes]], list[int]]:
+    """Make every rows event also go through the slow path (values, then the schema's
+    encoder); returns the lists that collect differing pairs and checked event counts."""
+    mismatches: list[tuple[bytes, bytes]] = []
+    checked_counts: list[int] = []
+    fast = TableDecoder.events
+
+    def checked(self: TableDecoder, event_type: int, body: bytes) -> list[bytes]:
+        ours = fast(self, event_type, body)
+        slow = list(self.reference_events(event_type, body))
+        mismatches.extend((a, b) for a, b in zip(ours, slow, strict=True) if a != b)
+        if len(ours) != len(slow):
+            mismatches.append((b"count", b"%d != %d" % (len(ours), len(slow))))
+        checked_counts.append(len(ours))
+        return ours
+
+    monkeypatch.setattr(TableDecoder, "events", checked)
+    return mismatches, checked_counts
+
+
 def test_decoders_agree_on_randomized_rows_of_every_type(
-    mariadb: PrivateMariaDB, database: str
+    mariadb: PrivateMariaDB, database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    mismatches, checked = _check_against_reference(monkeypatch)
     conn = mariadb.connect(database)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
@@ -181,8 +206,71 @@ def test_decoders_agree_on_randomized_rows_of_every_type(
         return {name: _reference_value(name, kinds[name], values[name]) for name in kinds}
 
     assert len(ours) == len(reference) > 300
+    # The generated transcoder and the value-by-value path give the same bytes.
+    assert sum(checked) == len(ours)
+    assert mismatches == []
     for event, (op, before, after) in zip(ours, reference, strict=True):
         ref_before, ref_after = ref_row(before), ref_row(after)
         assert event.op == op
         assert _normalize_ours(event.before, kinds, ref_before) == ref_before
         assert _normalize_ours(event.after, kinds, ref_after) == ref_after
+
+
+def test_keys_of_every_kind_match_the_value_path(
+    mariadb: PrivateMariaDB, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Composite keys of text, temporal and decimal columns: same bytes, key hashes and
+    primary-key-change split as the value-by-value path."""
+    mismatches, checked = _check_against_reference(monkeypatch)
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE keyed (name VARCHAR(20), at DATETIME(6), amount DECIMAL(8,2), "
+            "v INT, note VARCHAR(10), PRIMARY KEY (name, at, amount)) ENGINE=InnoDB"
+        )
+    start = end_scn(conn)
+    rng = random.Random(7)
+    with conn.cursor() as cur:
+        for i in range(60):
+            at = dt.datetime(1960 + i, 1 + i % 12, 1 + i % 28, i % 24, 0, 0, i * 1001)
+            cur.execute(
+                "INSERT INTO keyed VALUES (%s, %s, %s, %s, %s)",
+                (
+                    f"né-{i}",
+                    at,
+                    Decimal(rng.randint(-99999, 99999)) / 100,
+                    i,
+                    None if i % 2 else "x",
+                ),
+            )
+        cur.execute("UPDATE keyed SET v = v + 1 WHERE v % 3 = 0")  # same key
+        cur.execute("UPDATE keyed SET amount = amount + 1 WHERE v % 5 = 0")  # key changes
+        cur.execute("DELETE FROM keyed WHERE v % 4 = 0")
+    stop = end_scn(conn)
+    conn.close()
+
+    windows: list[CapturedWindow] = []
+    done = threading.Event()
+
+    def sink(window: CapturedWindow) -> None:
+        windows.append(window)
+        if window.scn >= stop:
+            done.set()
+
+    registry = SchemaRegistry()
+    capture = MySQLCapture(
+        parse_source_url(mariadb.url).params(), (f"{database}.keyed",), registry, sink
+    )
+    capture.start(start)
+    assert done.wait(120)
+    capture.stop()
+    events = [
+        e
+        for w in windows
+        for e in decode_window(encode_window(w.scn, 0, w.ts_ms, w.events), registry.codec).events
+    ]
+    assert mismatches == []
+    assert sum(checked) == len(events)
+    ops = "".join(e.op for e in events)
+    assert ops.count("c") == 60 + 12 and ops.count("u") == 20
+    assert ops.count("d") == 12 + 15 and "dc" * 12 in ops  # key changes: delete + insert

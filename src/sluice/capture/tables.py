@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from sluice.capture.binlog import constants as t
-from sluice.capture.binlog.fastrow import build_fast_row
 from sluice.capture.binlog.reader import Reader
 from sluice.capture.binlog.tablemap import BinlogColumn, TableMap
-from sluice.capture.binlog.values import ValueDecoder, make_decoder
+from sluice.capture.binlog.values import make_decoder
 from sluice.capture.metadata import ColumnInfo
+from sluice.capture.transcode import ColumnPlan, build_transcoder
 from sluice.core import wire
 from sluice.core.event import Op
 from sluice.errors import DecodeError
@@ -84,52 +84,35 @@ class TableDecoder:
         info: dict[str, ColumnInfo],
     ) -> None:
         self.source = table_map.source
-        columns: list[Column] = []
-        decoders: list[ValueDecoder] = []
-        codecs: list[str | None] = []
+        plans: list[ColumnPlan] = []
         for col in table_map.columns:
             codec = _codec(col, collations)
             kind, mysql_type = column_kind(col, codec, info.get(col.name))
-            columns.append(
-                Column(
-                    col.name,
-                    kind,
-                    col.nullable,
-                    mysql_type,
-                    col.precision,
-                    col.scale if kind == "decimal" else 0,
-                )
+            column = Column(
+                col.name,
+                kind,
+                col.nullable,
+                mysql_type,
+                col.precision,
+                col.scale if kind == "decimal" else 0,
             )
-            decoders.append(make_decoder(col, kind, codec))
-            codecs.append(codec)
+            union = isinstance(column.avro_type(), list)
+            plans.append(ColumnPlan(col, column, codec, make_decoder(col, kind, codec), union))
         primary_key = tuple(table_map.columns[i].name for i in table_map.primary_key)
-        schema = registry.register(self.source, tuple(columns), primary_key)
+        schema = registry.register(self.source, tuple(p.schema for p in plans), primary_key)
         self.version = schema.version
         self.codec: RowCodec = registry.codec(self.source, schema.version)
-        self._decoders = decoders
-        self._count = len(decoders)
+        self._decoders = [p.decoder for p in plans]
+        self._count = len(plans)
         self._null_bytes = (self._count + 7) // 8
         self._null_mask = (1 << self._count) - 1
-        self._fast = build_fast_row(table_map.columns, [c.kind for c in columns], codecs, decoders)
+        self._row = build_transcoder(plans, table_map.primary_key)
+        self._source = self.source.encode()
+        if len(self._source) > 255:
+            raise DecodeError(f"source name too long: {self.source!r}", source=self.source)
 
-    def _row(self, data: bytes, pos: int) -> tuple[list[Any], int]:
-        end = pos + self._null_bytes
-        # The server may set the unused high bits of the last byte; only real columns count.
-        nulls = int.from_bytes(data[pos:end], "little") & self._null_mask
-        if not nulls:
-            return self._fast(data, end)
-        pos = end
-        values: list[Any] = []
-        for i, decode in enumerate(self._decoders):
-            if nulls >> i & 1:
-                values.append(None)
-            else:
-                value, pos = decode(data, pos)
-                values.append(value)
-        return values, pos
-
-    def events(self, event_type: int, body: bytes) -> Iterator[bytes]:
-        """Encoded wire events for a rows event body (the table map already matched)."""
+    def _rows(self, event_type: int, body: bytes) -> tuple[int, int]:
+        """Check a rows event's header; returns (images per row, offset of the first row)."""
         r = Reader(body, 8)
         if event_type in t.ROWS_V2:
             r.take(r.uint(2) - 2)
@@ -147,33 +130,81 @@ class TableDecoder:
                     f"partial row image for {self.source}: set binlog_row_image=FULL",
                     source=self.source,
                 )
-        data, pos, end = body, r.pos, len(body)
-        while pos < end:
-            first, pos = self._row(data, pos)
-            if event_type in t.WRITE_ROWS:
-                yield self._event("c", None, first)
-            elif event_type in t.DELETE_ROWS:
-                yield self._event("d", first, None)
-            else:
-                second, pos = self._row(data, pos)
-                yield from self._update(first, second)
+        return images, r.pos
 
-    def _update(self, before: list[Any], after: list[Any]) -> Iterator[bytes]:
-        old_key = self.codec.key_text(before)
-        if old_key is not None and old_key != self.codec.key_text(after):
-            # A primary key change is a delete of the old key and an insert of the new one.
-            yield self._event("d", before, None)
-            yield self._event("c", None, after)
+    def events(self, event_type: int, body: bytes) -> list[bytes]:
+        """Encoded wire events for a rows event body (the table map already matched)."""
+        _images, pos = self._rows(event_type, body)
+        row, event, end = self._row, self._event, len(body)
+        out: list[bytes] = []
+        add = out.append
+        if event_type in t.WRITE_ROWS:
+            while pos < end:
+                after, key, pos = row(body, pos)
+                add(event(_OP_C, key, b"\x00\x02" + after))
+        elif event_type in t.DELETE_ROWS:
+            while pos < end:
+                before, key, pos = row(body, pos)
+                add(event(_OP_D, key, b"\x02" + before + b"\x00"))
         else:
-            yield self._event("u", before, after)
+            while pos < end:
+                before, old_key, pos = row(body, pos)
+                after, key, pos = row(body, pos)
+                if old_key == key:
+                    add(event(_OP_U, key, b"\x02" + before + b"\x02" + after))
+                else:  # a primary key change: delete the old key, insert the new one
+                    add(event(_OP_D, old_key, b"\x02" + before + b"\x00"))
+                    add(event(_OP_C, key, b"\x00\x02" + after))
+        return out
 
-    def _event(self, op: Op, before: list[Any] | None, after: list[Any] | None) -> bytes:
+    def _event(self, op: int, key: str | None, payload: bytes) -> bytes:
+        hashed = zlib.crc32(key.encode() if key is not None else payload)
+        size = wire.EVENT_HEADER_SIZE + len(self._source) + len(payload)
+        head = wire.EVENT_HEADER.pack(size, hashed, op, len(self._source), self.version)
+        return head + self._source + payload
+
+    # -- the reference path: canonical values, then the schema's encoder ---------------------
+    def reference_events(self, event_type: int, body: bytes) -> Iterator[bytes]:
+        """What ``events`` must return, by the slow path (values first); for tests."""
+        images, pos = self._rows(event_type, body)
+        while pos < len(body):
+            first, pos = self._values(body, pos)
+            second = None
+            if images == 2:
+                second, pos = self._values(body, pos)
+            if event_type in t.WRITE_ROWS:
+                yield self._reference("c", None, first)
+            elif event_type in t.DELETE_ROWS:
+                yield self._reference("d", first, None)
+            elif self.codec.key_text(first) != self.codec.key_text(second or []):
+                yield self._reference("d", first, None)
+                yield self._reference("c", None, second)
+            else:
+                yield self._reference("u", first, second)
+
+    def _values(self, data: bytes, pos: int) -> tuple[list[Any], int]:
+        end = pos + self._null_bytes
+        nulls = int.from_bytes(data[pos:end], "little") & self._null_mask
+        pos = end
+        values: list[Any] = []
+        for i, decode in enumerate(self._decoders):
+            if nulls >> i & 1:
+                values.append(None)
+            else:
+                value, pos = decode(data, pos)
+                values.append(value)
+        return values, pos
+
+    def _reference(self, op: Op, before: list[Any] | None, after: list[Any] | None) -> bytes:
         payload = self.codec.encode(before, after)
         row = after if after is not None else before
         assert row is not None
         key = self.codec.key_text(row)
         hashed = zlib.crc32(key.encode() if key is not None else payload)
         return wire.encode_event(wire.RawEvent(self.source, op, self.version, hashed, payload))
+
+
+_OP_C, _OP_U, _OP_D = ord("c"), ord("u"), ord("d")
 
 
 def _codec(col: BinlogColumn, collations: dict[int, str | None]) -> str | None:

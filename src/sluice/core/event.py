@@ -44,3 +44,13 @@ class Window:
     scn: int
     ts_ms: int
     events: tuple[Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonWindow:
+    """A window as JSON lines, one per event: ``Event.to_json_dict()`` encoded by
+    ``json.JSONEncoder(ensure_ascii=False)``, produced without building events."""
+
+    scn: int
+    ts_ms: int
+    lines: tuple[str, ...]

@@ -27,11 +27,11 @@ WRAP_MAGIC = b"SLWR"
 ALIGN = 8
 
 _WINDOW_HEADER = struct.Struct("<4sIQQQII")
-_EVENT_HEADER = struct.Struct("<IIBBH")
+EVENT_HEADER = struct.Struct("<IIBBH")
 _HEARTBEAT = struct.Struct("<4sIQQ")
 _LEN_AT = struct.Struct("<4sI")
 WINDOW_HEADER_SIZE = _WINDOW_HEADER.size
-EVENT_HEADER_SIZE = _EVENT_HEADER.size
+EVENT_HEADER_SIZE = EVENT_HEADER.size
 HEARTBEAT_SIZE = _HEARTBEAT.size
 _CRC_AT = WINDOW_HEADER_SIZE - 4
 
@@ -70,7 +70,7 @@ def encode_event(event: RawEvent) -> bytes:
     if len(source) > 255:
         raise DecodeError(f"source name too long: {event.source!r}")
     size = EVENT_HEADER_SIZE + len(source) + len(event.payload)
-    header = _EVENT_HEADER.pack(
+    header = EVENT_HEADER.pack(
         size, event.key_hash, ord(event.op), len(source), event.schema_version
     )
     return header + source + event.payload
@@ -122,7 +122,7 @@ def iter_event_spans(window: bytes | memoryview) -> Iterator[tuple[int, int, int
     header = read_window_header(window)
     pos = WINDOW_HEADER_SIZE
     for _ in range(header.n_events):
-        size, key_hash, _op, src_len, _version = _EVENT_HEADER.unpack_from(window, pos)
+        size, key_hash, _op, src_len, _version = EVENT_HEADER.unpack_from(window, pos)
         start = pos + EVENT_HEADER_SIZE
         yield pos, pos + size, key_hash, bytes(window[start : start + src_len])
         pos += size
@@ -133,7 +133,7 @@ def decode_events(window: bytes | memoryview) -> list[RawEvent]:
     out: list[RawEvent] = []
     pos = WINDOW_HEADER_SIZE
     for _ in range(header.n_events):
-        size, key_hash, op, src_len, version = _EVENT_HEADER.unpack_from(window, pos)
+        size, key_hash, op, src_len, version = EVENT_HEADER.unpack_from(window, pos)
         start = pos + EVENT_HEADER_SIZE
         op_char = chr(op)
         if op_char not in OPS or size < EVENT_HEADER_SIZE + src_len:

@@ -13,6 +13,7 @@ import fastavro
 from sluice.errors import SchemaError
 from sluice.schemas.columns import Column, avro_name, canonical_converter, json_converter
 from sluice.schemas.encoder import envelope_encoder
+from sluice.schemas.jsontext import envelope_text
 
 NAMESPACE = "sluice"
 
@@ -83,7 +84,7 @@ def _ns(source: str) -> str:
     return ".".join(avro_name(part, set()) for part in source.split("."))
 
 
-def _key_formatter(kind: str) -> Callable[[Any], str]:
+def key_formatter(kind: str) -> Callable[[Any], str]:
     if kind in ("int", "year", "bit"):
         return str
     if kind in ("string", "enum", "uuid", "inet6"):
@@ -103,6 +104,7 @@ class RowCodec:
     _to_json: list[tuple[str, str, Callable[[Any], Any]]] = field(init=False)
     _key_text: list[tuple[int, str, Callable[[Any], str]]] = field(init=False)
     _encode: Callable[[Sequence[Any] | None, Sequence[Any] | None], bytes] = field(init=False)
+    _text: Callable[[bytes], tuple[str, str, str]] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         row = self.schema.to_avro()
@@ -125,7 +127,7 @@ class RowCodec:
             (
                 index[name],
                 json.dumps(name, ensure_ascii=False) + ":",
-                _key_formatter(self.schema.columns[index[name]].kind),
+                key_formatter(self.schema.columns[index[name]].kind),
             )
             for name in sorted(self.schema.primary_key)
         ]
@@ -147,6 +149,12 @@ class RowCodec:
             dict[str, Any], fastavro.schemaless_reader(io.BytesIO(payload), self._parsed, None)
         )
         return self._row_json(record["before"]), self._row_json(record["after"])
+
+    def decode_text(self, payload: bytes) -> tuple[str, str, str]:
+        """``(key, before, after)`` of a payload as JSON text, without Python values."""
+        if self._text is None:
+            self._text = envelope_text(self.schema.columns, self.schema.primary_key)
+        return self._text(payload)
 
     def snapshot_payload(self, payload: bytes) -> bytes:
         """The payload of an ``r`` event: the after image of ``payload``, no before image."""

@@ -25,9 +25,17 @@ _CONT14 = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(1 << 14)]
 
 
 def varint(n: int) -> bytes:
-    """Unsigned LEB128 (``n`` >= 0)."""
+    """Unsigned LEB128 (``n`` >= 0); unrolled up to 56 bits (timestamps in micros)."""
     if n < 1 << 14:
         return _SMALL[n]
+    if n < 1 << 28:
+        return _CONT14[n & 0x3FFF] + _SMALL[n >> 14]
+    if n < 1 << 42:
+        return _CONT14[n & 0x3FFF] + _CONT14[n >> 14 & 0x3FFF] + _SMALL[n >> 28]
+    if n < 1 << 56:
+        return (
+            _CONT14[n & 0x3FFF] + _CONT14[n >> 14 & 0x3FFF] + _CONT14[n >> 28 & 0x3FFF]
+        ) + _SMALL[n >> 42]
     parts = []
     while n >= 1 << 14:
         parts.append(_CONT14[n & 0x3FFF])
@@ -76,7 +84,8 @@ def _set(members: list[str]) -> bytes:
     return long(len(members)) + b"".join(_string(m) for m in members) + b"\x00"
 
 
-def _base(col: Column) -> Encode:
+def column_encoder(col: Column) -> Encode:
+    """The Avro encoder of one column's non-null canonical value."""
     kind = col.kind
     if kind in ("int", "year", "bit", "time", "date", "datetime", "timestamp"):
         return long
@@ -95,6 +104,7 @@ def _base(col: Column) -> Encode:
 
 _INT_KINDS = ("int", "year", "bit", "time", "date", "datetime", "timestamp")
 _SMALL_UNION = [b"\x02" + b for b in _SMALL]
+SMALL_VARINTS = _SMALL  # LEB128 of every n < 2**14
 
 
 def _column_code(i: int, col: Column, nullable: bool, env: dict[str, Any]) -> list[str]:
@@ -107,7 +117,7 @@ def _column_code(i: int, col: Column, nullable: bool, env: dict[str, Any]) -> li
         union = 'a(b"\\x02"); ' if nullable else ""
         body = [f"r = x.encode(); n = len(r) << 1; {union}a(_S[n] if n < 16384 else _V(n)); a(r)"]
     else:
-        env[f"_e{i}"] = _base(col)
+        env[f"_e{i}"] = column_encoder(col)
         body = [f'a(b"\\x02" + _e{i}(x))' if nullable else f"a(_e{i}(x))"]
     lines = [f"    x = v[{i}]"]
     if nullable:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from sluice.core import wire
-from sluice.core.event import Event, Window
+from sluice.core.event import Event, JsonWindow, Window
 from sluice.schemas.avro import RowCodec
 
 CodecLookup = Callable[[str, int], RowCodec]
@@ -30,3 +31,27 @@ def decode_window(record: bytes, codec_for: CodecLookup) -> Window:
             )
         )
     return Window(header.scn, header.ts_ms, tuple(events))
+
+
+def window_json(record: bytes, codec_for: CodecLookup) -> JsonWindow:
+    """A window record as JSON lines, straight from Avro to text (``sluice tail``'s path)."""
+    header = wire.read_window_header(record)
+    scn, ts = f'{{"scn": {header.scn}, "source": ', f', "ts_ms": {header.ts_ms}, "schema_version": '
+    lines = []
+    for raw in wire.decode_events(record):
+        key, before, after = codec_for(raw.source, raw.schema_version).decode_text(raw.payload)
+        lines.append(
+            f'{scn}{_source_text(raw.source)}, "op": "{raw.op}", "key": {key}, '
+            f'"before": {before}, "after": {after}{ts}{raw.schema_version}}}'
+        )
+    return JsonWindow(header.scn, header.ts_ms, tuple(lines))
+
+
+_sources: dict[str, str] = {}
+
+
+def _source_text(source: str) -> str:
+    text = _sources.get(source)
+    if text is None:
+        text = _sources[source] = json.dumps(source, ensure_ascii=False)
+    return text

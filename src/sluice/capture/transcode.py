@@ -1,0 +1,358 @@
+"""Binlog row image -> Avro ``Row`` bytes, generated once per table map (capture's hot path).
+
+Most columns never become Python values: integers go from one ``struct`` unpack of a
+fixed-width run to a zigzag varint, UTF-8 text and blobs are copied with a new length prefix,
+DOUBLE is copied as is (both formats are little-endian IEEE), DECIMAL goes from MySQL's
+digit groups to an unscaled integer, and dates come from a small cache keyed by the packed
+date. Only primary-key columns produce values (for the key text). Columns without a fast
+form decode to canonical values and go through the schema's column encoder, so both paths
+give the same bytes; ``TableDecoder.reference_events`` is the slow path the tests compare to.
+
+The generated function is ``row(data, pos) -> (avro_row, key_text, pos)``. A row without
+NULLs (the common case) takes a variant without per-column NULL checks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.capture.binlog import constants as t
+from sluice.capture.binlog.tablemap import BinlogColumn
+from sluice.capture.binlog.values import ValueDecoder
+from sluice.schemas.avro import key_formatter
+from sluice.schemas.columns import Column
+from sluice.schemas.encoder import SMALL_VARINTS, column_encoder, varint
+
+Transcode = Callable[[bytes, int], tuple[bytes, "str | None", int]]
+
+_FIXED = {t.T_TINY: "b", t.T_SHORT: "h", t.T_LONG: "i", t.T_LONGLONG: "q", t.T_YEAR: "B"}
+_DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
+_INT_KINDS = ("int", "year", "bit", "time", "date", "datetime", "timestamp")
+_TEXT_TYPES = (t.T_VARCHAR, t.T_VAR_STRING, t.T_STRING, *t.BLOB_TYPES)
+_CACHE_LIMIT = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnPlan:
+    """What the generator needs to know about one column."""
+
+    binlog: BinlogColumn
+    schema: Column
+    codec: str | None
+    decoder: ValueDecoder
+    union: bool  # the Avro type is ["null", ...]: values carry a branch byte
+
+
+def _days(year: int, month: int, day: int) -> int | None:
+    try:
+        return dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL
+    except ValueError:
+        return None  # a zero date, or a zero in a date part
+
+
+def _date_cache() -> tuple[dict[int, bytes], Callable[[int], bytes]]:
+    """Avro bytes (union branch included) of a packed DATE, cached: tables hold few dates."""
+    cache: dict[int, bytes] = {}
+
+    def miss(packed: int) -> bytes:
+        days = _days(packed >> 9, (packed >> 5) & 15, packed & 31)
+        out = b"\x00" if days is None else b"\x02" + varint((days << 1) ^ (days >> 63))
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[packed] = out
+        return out
+
+    return cache, miss
+
+
+def _day_micros_cache() -> tuple[dict[int, int | None], Callable[[int], int | None]]:
+    """Microseconds at midnight of a DATETIME2's packed year-month-day, cached."""
+    cache: dict[int, int | None] = {}
+
+    def miss(ymd: int) -> int | None:
+        ym = ymd >> 5
+        days = _days(ym // 13, ym % 13, ymd % 32)
+        out = None if days is None else days * 86_400_000_000
+        if len(cache) >= _CACHE_LIMIT:
+            cache.clear()
+        cache[ymd] = out
+        return out
+
+    return cache, miss
+
+
+class _Generator:
+    def __init__(self, plans: Sequence[ColumnPlan], key: Sequence[int]) -> None:
+        self.plans = plans
+        self.key = set(key)
+        self.env: dict[str, Any] = {"_S": SMALL_VARINTS, "_V": varint}
+
+    # -- one column ---------------------------------------------------------------------
+    def column(self, i: int) -> list[str]:
+        """Statements reading column ``i`` at ``pos`` and appending its Avro bytes."""
+        p = self.plans[i]
+        col, kind = p.binlog, p.schema.kind
+        in_key = i in self.key
+        ct = col.type
+        if ct in _FIXED and kind != "uint64":
+            return self._fixed(i, f"_s{i}.unpack_from(data, pos)[0]", _FIXED[ct], col)
+        if ct == t.T_INT24 and kind == "int":
+            signed = not col.unsigned
+            read = f"int.from_bytes(data[pos : pos + 3], 'little', signed={signed})"
+            return [f"x = {read}", *self._finish_long(i, 3)]
+        if ct == t.T_DOUBLE:
+            return [f"a({self._branch(p)}data[pos : pos + 8]); pos += 8"]
+        if ct in _TEXT_TYPES and self._copyable(p) and not (in_key and p.codec is None):
+            return self._copy(i, p, in_key)
+        if in_key:
+            return self._fallback(i, p, in_key)
+        if ct == t.T_NEWDECIMAL:
+            return self._decimal(i, p)
+        if ct in (t.T_DATE, t.T_NEWDATE):
+            cache, miss = _date_cache()
+            self.env[f"_dc{i}"], self.env[f"_dm{i}"] = cache, miss
+            return [
+                "d = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16; pos += 3",
+                f"a(_dc{i}[d] if d in _dc{i} else _dm{i}(d))",
+            ]
+        if ct == t.T_DATETIME2:
+            return self._datetime2(i, col.scale)
+        if ct == t.T_TIMESTAMP2:
+            return self._timestamp2(col.scale)
+        if ct == t.T_ENUM:
+            return self._enum(i, p)
+        return self._fallback(i, p, in_key)
+
+    def _branch(self, p: ColumnPlan) -> str:
+        return 'b"\\x02" + ' if p.union else ""
+
+    def _zigzag(self, value: str, p: ColumnPlan) -> list[str]:
+        prefix = self._branch(p)
+        return [
+            f"z = ({value} << 1) ^ ({value} >> 63)",
+            f"a({prefix}_S[z] if z < 16384 else {prefix}_V(z))",
+        ]
+
+    def _fixed(self, i: int, read: str, code: str, col: BinlogColumn) -> list[str]:
+        if col.unsigned:
+            code = code.upper()
+        self.env[f"_s{i}"] = struct.Struct("<" + code)
+        size = struct.calcsize("<" + code)
+        if col.type == t.T_YEAR:
+            return [f"x = {read}; x = x + 1900 if x else 0", *self._finish_long(i, size)]
+        return [f"x = {read}", *self._finish_long(i, size)]
+
+    def _finish_long(self, i: int, size: int) -> list[str]:
+        lines = [*self._zigzag("x", self.plans[i]), f"pos += {size}"]
+        if i in self.key:
+            lines.append(f"k{i} = x")
+        return lines
+
+    def _copyable(self, p: ColumnPlan) -> bool:
+        """Text stored as UTF-8 (copied without decoding) or variable-length bytes."""
+        if p.schema.kind in ("uuid", "inet6"):
+            return False
+        if p.codec is None:  # BINARY(n) is zero-padded on decode: not a plain copy
+            return p.binlog.type != t.T_STRING and p.schema.kind in ("bytes", "geometry")
+        return p.codec == "utf-8" and p.schema.kind in ("string", "json")
+
+    def _copy(self, i: int, p: ColumnPlan, in_key: bool) -> list[str]:
+        col = p.binlog
+        width = col.length if col.type in t.BLOB_TYPES else 1 if col.length < 256 else 2
+        if width == 1:
+            lines = ["n = data[pos]; pos += 1", f"a({self._branch(p)}_S[n << 1])"]
+        else:
+            read = (
+                "data[pos] | data[pos + 1] << 8"
+                if width == 2
+                else (f"int.from_bytes(data[pos : pos + {width}], 'little')")
+            )
+            lines = [f"n = {read}; pos += {width}", *self._zigzag("n", p)]
+        lines.append("r = data[pos : pos + n]; a(r); pos += n")
+        if in_key:
+            lines.append(f"k{i} = r.decode()")
+        return lines
+
+    def _decimal(self, i: int, p: ColumnPlan) -> list[str]:
+        precision, scale = p.binlog.precision, p.binlog.scale
+        intg = precision - scale
+        intg0, intg0x = divmod(intg, 9)
+        frac0, frac0x = divmod(scale, 9)
+        groups: list[tuple[int, int]] = []  # (bytes, digits), most significant first
+        if intg0x:
+            groups.append((_DIG2BYTES[intg0x], intg0x))
+        groups += [(4, 9)] * (intg0 + frac0)
+        if frac0x:
+            groups.append((_DIG2BYTES[frac0x], frac0x))
+        size = sum(b for b, _ in groups)
+        top = 1 << (size * 8 - 1)
+        # Each group is a big-endian number of its digits; its weight is 10^(digits after it).
+        terms, shift, after = [], 0, 0
+        for nbytes, ndigits in reversed(groups):
+            part = (
+                f"(u >> {shift} & {(1 << nbytes * 8) - 1})"
+                if shift
+                else (f"(u & {(1 << nbytes * 8) - 1})")
+            )
+            terms.append(part + (f" * {10**after}" if after else ""))
+            shift += nbytes * 8
+            after += ndigits
+        return [
+            f"u = int.from_bytes(data[pos : pos + {size}], 'big'); pos += {size}",
+            # A positive number has its top bit set; a negative one is stored inverted.
+            f"neg = not u & {top}; u ^= {top}",
+            f"if neg: u ^= {(1 << size * 8) - 1}",
+            "x = " + " + ".join(terms),
+            "if neg: x = -x",
+            "r = x.to_bytes((x.bit_length() + 8) >> 3, 'big', signed=True)",
+            f"a({self._branch(p)}_S[len(r) << 1]); a(r)",
+        ]
+
+    def _datetime2(self, i: int, fsp: int) -> list[str]:
+        cache, miss = _day_micros_cache()
+        self.env[f"_tc{i}"], self.env[f"_tm{i}"] = cache, miss
+        lines = ["u = int.from_bytes(data[pos : pos + 5], 'big') - 0x8000000000; pos += 5"]
+        frac = ""
+        nbytes = (fsp + 1) // 2
+        if nbytes:
+            mult = (10000, 100, 1)[nbytes - 1]
+            lines.append(f"f = int.from_bytes(data[pos : pos + {nbytes}], 'big'); pos += {nbytes}")
+            frac = f" + f * {mult}" if mult != 1 else " + f"
+        return [
+            *lines,
+            "d = u >> 17",
+            f"d = _tc{i}[d] if d in _tc{i} else _tm{i}(d)",
+            'if d is None: a(b"\\x00")',
+            "else:",
+            "    h = u & 0x1FFFF",
+            f"    x = d + ((h >> 12) * 3600 + (h >> 6 & 63) * 60 + (h & 63)) * 1000000{frac}",
+            '    a(b"\\x02" + _V((x << 1) ^ (x >> 63)))',
+        ]
+
+    def _timestamp2(self, fsp: int) -> list[str]:
+        nbytes = (fsp + 1) // 2
+        lines = ["x = int.from_bytes(data[pos : pos + 4], 'big') * 1000000; pos += 4"]
+        if nbytes:
+            mult = (10000, 100, 1)[nbytes - 1]
+            lines.append(
+                f"x += int.from_bytes(data[pos : pos + {nbytes}], 'big') * {mult}; pos += {nbytes}"
+            )
+        # Zero is MySQL's zero timestamp: null. Others are positive: zigzag is a shift.
+        return [*lines, 'a(b"\\x02" + _V(x << 1) if x else b"\\x00")']
+
+    def _enum(self, i: int, p: ColumnPlan) -> list[str]:
+        members = [m.decode(p.codec or "utf-8") for m in p.binlog.members]
+        encode = column_encoder(p.schema)
+        branch = b"\x02" if p.union else b""
+        table = {n + 1: branch + encode(m) for n, m in enumerate(members)}
+        self.env[f"_en{i}"], self.env[f"_ee{i}"] = table, branch + encode("")
+        size = p.binlog.length
+        read = "data[pos]" if size == 1 else f"int.from_bytes(data[pos : pos + {size}], 'little')"
+        return [f"a(_en{i}.get({read}, _ee{i})); pos += {size}"]
+
+    def _fallback(self, i: int, p: ColumnPlan, in_key: bool) -> list[str]:
+        self.env[f"_d{i}"], self.env[f"_e{i}"] = p.decoder, column_encoder(p.schema)
+        lines = [f"x, pos = _d{i}(data, pos)"]
+        if p.union:
+            lines.append(f'a(b"\\x00" if x is None else b"\\x02" + _e{i}(x))')
+        else:
+            lines.append(f"a(_e{i}(x))")
+        if in_key:
+            lines.append(f"k{i} = x")
+        return lines
+
+    # -- the function -------------------------------------------------------------------
+    def fast_body(self) -> list[str]:
+        """No NULLs: runs of fixed-width integers share one unpack."""
+        lines: list[str] = []
+        run: list[int] = []
+
+        def flush() -> None:
+            if len(run) > 1:
+                lines.extend(self._run(run))
+            elif run:
+                lines.extend(self.column(run[0]))
+            run.clear()
+
+        for i, p in enumerate(self.plans):
+            if p.binlog.type in _FIXED and p.schema.kind != "uint64":
+                run.append(i)
+                continue
+            flush()
+            lines += self.column(i)
+        flush()
+        return lines
+
+    def _run(self, run: list[int]) -> list[str]:
+        codes = []
+        for i in run:
+            code = _FIXED[self.plans[i].binlog.type]
+            codes.append(code.upper() if self.plans[i].binlog.unsigned else code)
+        fmt = "<" + "".join(codes)
+        self.env[f"_r{run[0]}"] = struct.Struct(fmt)
+        names = ", ".join(f"w{i}" for i in run)
+        lines = [f"{names} = _r{run[0]}.unpack_from(data, pos); pos += {struct.calcsize(fmt)}"]
+        for i in run:
+            year = self.plans[i].binlog.type == t.T_YEAR
+            lines.append(f"x = w{i} + 1900 if w{i} else 0" if year else f"x = w{i}")
+            lines += self._zigzag("x", self.plans[i])
+            if i in self.key:
+                lines.append(f"k{i} = x")
+        return lines
+
+    def general_body(self) -> list[str]:
+        lines: list[str] = []
+        for i, p in enumerate(self.plans):
+            body = self.column(i)
+            if not p.binlog.nullable:
+                lines += body
+                continue
+            lines.append(f'if nulls >> {i} & 1: a(b"\\x00")')
+            lines.append("else:")
+            lines += [f"    {line}" for line in body]
+        return lines
+
+    def key_expression(self, key: Sequence[int]) -> str:
+        if not key:
+            return "None"
+        parts = []
+        for n, i in enumerate(sorted(key, key=lambda i: self.plans[i].schema.name)):
+            col = self.plans[i].schema
+            prefix = ("," if n else "{") + json.dumps(col.name, ensure_ascii=False) + ":"
+            if col.kind in ("int", "year", "bit"):
+                parts.append(f"{prefix!r} + str(k{i})")
+            else:
+                self.env[f"_k{i}"] = key_formatter(col.kind)
+                parts.append(f"{prefix!r} + _k{i}(k{i})")
+        return " + ".join(parts) + ' + "}"'
+
+
+def build_transcoder(plans: Sequence[ColumnPlan], key: Sequence[int]) -> Transcode:
+    """The row transcoder of one table map; ``key`` holds the primary key's column indexes."""
+    gen = _Generator(plans, key)
+    count = len(plans)
+    null_bytes, mask = (count + 7) // 8, (1 << count) - 1
+    indent = "        "
+    lines = [
+        "def row(data, pos):",
+        # The server may set the unused high bits of the last byte; only real columns count.
+        f"    nulls = int.from_bytes(data[pos : pos + {null_bytes}], 'little') & {mask}",
+        f"    pos += {null_bytes}",
+        "    out = []",
+        "    a = out.append",
+        "    if not nulls:",
+        *(indent + line for line in gen.fast_body()),
+        "    else:",
+        *(indent + line for line in gen.general_body()),
+        f"    return b''.join(out), {gen.key_expression(key)}, pos",
+    ]
+    env = gen.env
+    exec("\n".join(lines), env)
+    transcode: Transcode = env["row"]
+    return transcode
