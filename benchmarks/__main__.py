@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import capture, latency, serving, spark_path
+from benchmarks import capture, latency, report, serving, spark_path
 
 
 def main() -> int:
@@ -16,6 +16,8 @@ def main() -> int:
     latency.run()
     print("\n== Spark: relay into Parquet, fold, snapshot serving ==")
     spark_path.run()
+    print("\n== targets (issue 4) ==")
+    report.run()
     return 0
 
 

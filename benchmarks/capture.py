@@ -24,7 +24,9 @@ ROW_SQL = (
 )
 
 
-def _load(db: PrivateMariaDB, rows: int, per_txn: int) -> tuple[int, int]:
+def _load(db: PrivateMariaDB, rows: int, per_txn: int, update: bool = False) -> tuple[int, int]:
+    """Write the workload; returns the SCN range holding it. ``update``: insert the rows
+    first (outside the range), then update them all, ``per_txn`` rows per transaction."""
     conn = db.connect("bench")
     cur = conn.cursor()
     cur.execute("DROP TABLE IF EXISTS bench.t")
@@ -36,6 +38,13 @@ def _load(db: PrivateMariaDB, rows: int, per_txn: int) -> tuple[int, int]:
     else:
         for off in range(0, rows, per_txn):
             cur.execute("INSERT INTO bench.t " + ROW_SQL.format(off=off, n=per_txn))
+    if update:
+        start = end_scn(conn)
+        for off in range(0, rows, per_txn):
+            cur.execute(
+                "UPDATE bench.t SET a = a + 1, d = REPEAT('y', 40), g = NOW() "
+                f"WHERE id > {off} AND id <= {off + per_txn}"
+            )
     stop = end_scn(conn)
     conn.close()
     return start, stop
@@ -69,7 +78,7 @@ def _pymysqlrepl(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]
     for event in reader:
         for row in event.rows:
             count += 1
-            _ = row["values"]
+            _ = row["values"] if "values" in row else (row["before_values"], row["after_values"])
     reader.close()
     return count, time.perf_counter() - began
 
@@ -97,11 +106,12 @@ def run(rows: int = 100_000, single: int = 5_000) -> dict[str, Any]:
     results: dict[str, Any] = {}
     with PrivateMariaDB() as db:
         db.connect().cursor().execute("CREATE DATABASE bench")
-        for name, n, per_txn in (
-            ("insert_1000_per_txn", rows, 1000),
-            ("insert_1_per_txn", single, 1),
+        for name, n, per_txn, update in (
+            ("insert_1000_per_txn", rows, 1000, False),
+            ("update_1000_per_txn", rows, 1000, True),
+            ("insert_1_per_txn", single, 1, False),
         ):
-            start, stop = _load(db, n, per_txn)
+            start, stop = _load(db, n, per_txn, update)
             measured = {}
             for label, fn in (
                 ("sluice", _sluice),

@@ -26,6 +26,7 @@ def test_public_names() -> None:
         "Consumer",
         "ConsumerFailed",
         "FileCheckpointStore",
+        "JsonConsumer",
         "MemoryCheckpointStore",
         "RetryPolicy",
     ]

@@ -16,7 +16,7 @@ import pymysql
 from sluice.capture.metadata import end_scn
 from sluice.client import Client, ClientConfig, MemoryCheckpointStore
 from sluice.client.checkpoints import CheckpointStore
-from sluice.client.consumer import Consumer
+from sluice.client.consumer import Consumer, JsonConsumer
 from sluice.relay import RelayConfig
 from sluice.testing import PrivateMariaDB, ReplicaConsumer, table_rows
 
@@ -66,7 +66,10 @@ def wait_relay_caught_up(relay_url: str, conn: pymysql.Connection[Any], timeout:
 
 
 def consume(
-    relay_url: str, consumer: Consumer, store: CheckpointStore | None = None, **config: Any
+    relay_url: str,
+    consumer: Consumer | JsonConsumer,
+    store: CheckpointStore | None = None,
+    **config: Any,
 ) -> int:
     config.setdefault("since_scn", None)
     client = Client(

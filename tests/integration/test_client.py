@@ -19,7 +19,7 @@ from sluice.client import (
     MemoryCheckpointStore,
     RetryPolicy,
 )
-from sluice.core.event import Event, Window
+from sluice.core.event import Event, JsonWindow, Window
 from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread, free_port
 from tests.integration.support import consume, get_json, relay_config, wait_relay_caught_up
 
@@ -132,3 +132,38 @@ def test_sources_metrics_and_stats(relay: RelayThread, database: str) -> None:
     stats = get_json(relay.url + "/stats")
     assert stats["events"] == 80 and stats["capture"]["connected"] is True
     assert stats["min_scn"] < stats["max_scn"] and "mysql://" not in json.dumps(stats)
+
+
+class FlakyJson:
+    """A JSON consumer failing twice on its fourth window."""
+
+    def __init__(self) -> None:
+        self.windows: list[JsonWindow] = []
+        self.rollbacks: list[int] = []
+        self.failures = 2
+
+    def on_json_window(self, window: JsonWindow) -> None:
+        if len(self.windows) == 3 and self.failures:
+            self.failures -= 1
+            raise RuntimeError("disk full")
+        self.windows.append(window)
+
+    def on_rollback(self, scn: int, error: BaseException) -> None:
+        self.rollbacks.append(scn)
+
+
+def test_json_consumer_gets_the_event_paths_text(relay: RelayThread, database: str) -> None:
+    """A JsonConsumer's lines are the JSON of the events an ordinary consumer gets, and it
+    keeps the same retry and checkpoint rules."""
+    events, store = RecordingConsumer(), MemoryCheckpointStore()
+    json_consumer = FlakyJson()
+    consume(relay.url, events, sources=(f"{database}.kv",))
+    consume(relay.url, json_consumer, store, sources=(f"{database}.kv",), retry=FAST)
+    lines = [line for w in json_consumer.windows for line in w.lines]
+    assert lines == [
+        json.dumps(e.to_json_dict(), ensure_ascii=False) for w in events.windows for e in w.events
+    ]
+    assert len(lines) == 40 and json.loads(lines[7])["after"] == {"k": 7, "v": "v7"}
+    assert json_consumer.rollbacks == [json_consumer.windows[3].scn] * 2
+    # Caught up: past its last window (a heartbeat also covers the filtered-out table's).
+    assert store.checkpoint is not None and store.checkpoint.scn >= json_consumer.windows[-1].scn

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from sluice.cli.common import scn_arg, serve_until_signal
-from sluice.relay import Relay, RelayConfig
 
 
 def add_parser(sub: Any) -> None:
@@ -48,6 +47,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sluice.relay import Relay, RelayConfig  # noqa: PLC0415 - keeps `tail` quick to start
+
     config = RelayConfig.load(
         args.config,
         source=args.source,

@@ -6,8 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from sluice.capture import parse_source_url
-from sluice.capture.describe import describe_table
 from sluice.errors import ConfigError
 
 
@@ -21,6 +19,9 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sluice.capture import parse_source_url  # noqa: PLC0415 - keeps `tail` quick
+    from sluice.capture.describe import describe_table  # noqa: PLC0415
+
     if args.table.count(".") != 1:
         raise ConfigError(f"table {args.table!r} must be DB.TABLE")
     conn = parse_source_url(args.source).params().connect()

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import signal
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from sluice.cli.common import scn_arg
-from sluice.client import AsyncClient, BaseConsumer, ClientConfig, FileCheckpointStore, RetryPolicy
+from sluice.client import AsyncClient, ClientConfig, FileCheckpointStore, RetryPolicy
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
-from sluice.core.event import Event, Window
+from sluice.core.event import JsonWindow
 
 
 def add_parser(sub: Any) -> None:
@@ -66,23 +65,18 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False)  # one encoder, not one per json.dumps call
+class JsonLinesConsumer:
+    """Writes each window's JSON lines (decoded by the client straight from Avro to text)."""
 
-
-class JsonLinesConsumer(BaseConsumer):
     def __init__(self, out: TextIO) -> None:
         self.out = out
-        self.lines: list[str] = []
 
-    def on_window_start(self, scn: int) -> None:
-        self.lines.clear()
-
-    def on_event(self, event: Event) -> None:
-        self.lines.append(_ENCODER.encode(event.to_json_dict()))
-
-    def on_window_end(self, window: Window) -> None:
-        self.out.write("\n".join(self.lines) + "\n")
+    def on_json_window(self, window: JsonWindow) -> None:
+        self.out.write("\n".join(window.lines) + "\n")
         self.out.flush()
+
+    def on_rollback(self, scn: int, error: BaseException) -> None:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:

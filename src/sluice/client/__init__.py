@@ -2,7 +2,7 @@
 
 from sluice.client.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
 from sluice.client.client import AsyncClient, Client, ClientConfig, RetryPolicy
-from sluice.client.consumer import BaseConsumer, Consumer, ConsumerFailed
+from sluice.client.consumer import BaseConsumer, Consumer, ConsumerFailed, JsonConsumer
 
 __all__ = [
     "AsyncClient",
@@ -13,6 +13,7 @@ __all__ = [
     "Consumer",
     "ConsumerFailed",
     "FileCheckpointStore",
+    "JsonConsumer",
     "MemoryCheckpointStore",
     "RetryPolicy",
 ]

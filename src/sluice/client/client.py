@@ -17,19 +17,19 @@ import threading
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
-from sluice.client.consumer import Consumer, ConsumerFailed
+from sluice.client.consumer import Consumer, ConsumerFailed, JsonConsumer
 from sluice.client.transport import RelayConnection, check_relay_url
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
-from sluice.core.event import Window
+from sluice.core.event import JsonWindow, Window
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
-from sluice.schemas.events import decode_window
+from sluice.schemas.events import decode_window, window_json
 
 log = logging.getLogger(__name__)
 
@@ -74,10 +74,14 @@ class AsyncClient:
     """``await client.run()``; ``stop()`` ends it after the current window."""
 
     def __init__(
-        self, config: ClientConfig, consumer: Consumer, store: CheckpointStore | None = None
+        self,
+        config: ClientConfig,
+        consumer: Consumer | JsonConsumer,
+        store: CheckpointStore | None = None,
     ) -> None:
         self.config = config
         self.consumer = consumer
+        self._decoder = window_json if isinstance(consumer, JsonConsumer) else decode_window
         self.store: CheckpointStore = store or MemoryCheckpointStore()
         self.registry = SchemaRegistry()
         self.checkpoint: Checkpoint = Online(0)
@@ -308,26 +312,30 @@ class AsyncClient:
                     return
         self.checkpoint = done
         self.windows += 1
-        self.events += len(window.events)
+        self.events += len(window.lines if isinstance(window, JsonWindow) else window.events)
         self._save()
 
-    async def _deliver(self, window: Window) -> None:
+    async def _deliver(self, window: Window | JsonWindow) -> None:
         consumer = self.consumer
+        if isinstance(window, JsonWindow):  # the decoder was chosen by the consumer's type
+            await _call(cast(JsonConsumer, consumer).on_json_window(window))
+            return
+        consumer = cast(Consumer, consumer)
         await _call(consumer.on_window_start(window.scn))
         for event in window.events:
             await _call(consumer.on_event(event))
         await _call(consumer.on_window_end(window))
 
-    async def _decode(self, conn: RelayConnection, record: bytes) -> Window:
+    async def _decode(self, conn: RelayConnection, record: bytes) -> Window | JsonWindow:
         try:
-            return decode_window(record, self._codec)
+            return self._decoder(record, self._codec)
         except SluiceError:
             pass
         # An unknown schema version: fetch the sources' schemas, then decode again.
         for source in {raw.source for raw in decode_events(record)}:
             for schema in await conn.schemas(source):
                 self.registry.add(schema)
-        return decode_window(record, self._codec)
+        return self._decoder(record, self._codec)
 
     def _codec(self, source: str, version: int) -> RowCodec:
         return self.registry.codec(source, version)
@@ -346,7 +354,10 @@ class Client:
     """The same client for plain threads: ``run()`` blocks; ``stop()`` from any thread."""
 
     def __init__(
-        self, config: ClientConfig, consumer: Consumer, store: CheckpointStore | None = None
+        self,
+        config: ClientConfig,
+        consumer: Consumer | JsonConsumer,
+        store: CheckpointStore | None = None,
     ) -> None:
         self._async = AsyncClient(config, consumer, store)
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from sluice.core.event import Event, Window
+from sluice.core.event import Event, JsonWindow, Window
 from sluice.errors import SluiceError
 
 
@@ -28,6 +28,17 @@ class Consumer(Protocol):
     def on_window_start(self, scn: int) -> Any: ...
     def on_event(self, event: Event) -> Any: ...
     def on_window_end(self, window: Window) -> Any: ...
+    def on_rollback(self, scn: int, error: BaseException) -> Any: ...
+
+
+@runtime_checkable
+class JsonConsumer(Protocol):
+    """Takes each window whole as JSON lines (``Event.to_json_dict()`` as text, one per
+    event). The client then decodes Avro straight to text, without building ``Event``
+    objects: the fast path for consumers that write JSON anyway (``sluice tail``). The same
+    invariants hold, with ``on_json_window`` as the window's one hook."""
+
+    def on_json_window(self, window: JsonWindow) -> Any: ...
     def on_rollback(self, scn: int, error: BaseException) -> Any: ...
 
 

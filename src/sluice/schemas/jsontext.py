@@ -12,10 +12,10 @@ import base64
 import datetime as dt
 import json
 from collections.abc import Callable, Sequence
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from json.encoder import encode_basestring
 from typing import Any
 
-from sluice.schemas.columns import Column
+from sluice.schemas.columns import Column, json_converter
 
 RowText = Callable[[bytes, int], tuple[str, str, int]]
 
@@ -73,13 +73,11 @@ def _timestamp_text(micros: int) -> str:
     return _micros_text(micros, "Z")
 
 
+_TIME = json_converter("time")
+
+
 def _time_text(micros: int) -> str:
-    sign = "-" if micros < 0 else ""
-    seconds, frac = divmod(abs(micros), 1_000_000)
-    minutes, sec = divmod(seconds, 60)
-    hours, minute = divmod(minutes, 60)
-    text = f"{sign}{hours:02d}:{minute:02d}:{sec:02d}"
-    return f'"{text}.{frac:06d}"' if frac else f'"{text}"'
+    return f'"{_TIME(micros)}"'
 
 
 def _float_text(value: float) -> str:

@@ -1,0 +1,191 @@
+"""Render ``results/*.json`` as the tables in ``benchmarks/README.md`` and the README's
+Performance section (between their ``results`` markers), and print the issue's targets."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS, table
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def _load(name: str) -> dict[str, Any]:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _n(value: float) -> str:
+    return f"{value:,}"
+
+
+def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> list[tuple[str, ...]]:
+    """(target, measured, met) for each of issue 4's targets."""
+    rows: list[tuple[str, ...]] = [("target", "measured", "met")]
+
+    def add(
+        name: str, value: float | None, goal: float, below: bool = False, unit: str = "x"
+    ) -> None:
+        if value is None:
+            rows.append((name, "not measured", "-"))
+            return
+        met = value < goal if below else value >= goal
+        rows.append((name, f"{value}{unit}", "yes" if met else "NO"))
+
+    ratio = "ratio_vs_python_mysql_replication"
+    add("capture, 1,000-row inserts >= 5x", cap.get("insert_1000_per_txn", {}).get(ratio), 5)
+    add("capture, single-row txns >= 3x", cap.get("insert_1_per_txn", {}).get(ratio), 3)
+    add("tail -> JSON >= 2x", srv.get("end_to_end", {}).get("ratio"), 2)
+    p99 = lat.get("sluice_relay_client", {}).get("p99_ms")
+    add("latency p99 <= 25 ms", p99, 25.000001, below=True, unit=" ms")
+    cpu = srv.get("serving", {}).get("relay_cpu_50_vs_1")
+    add("relay CPU, 50 clients vs 1 < 2x", cpu, 2, below=True)
+    return rows
+
+
+def _md(rows: list[tuple[str, ...]]) -> str:
+    head, *body = rows
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    return "\n".join(lines)
+
+
+def _capture_rows(cap: dict[str, Any]) -> list[tuple[str, ...]]:
+    names = {
+        "insert_1000_per_txn": "1,000-row insert transactions",
+        "update_1000_per_txn": "1,000-row update transactions (two images)",
+        "insert_1_per_txn": "single-row transactions",
+    }
+    rows: list[tuple[str, ...]] = [
+        ("capture", "Sluice rows/s", "python-mysql-replication", "mariadb-binlog", "ratio")
+    ]
+    for key, label in names.items():
+        if key in cap:
+            v = cap[key]
+            rows.append(
+                (
+                    label,
+                    _n(v["sluice"]["rows_per_s"]),
+                    _n(v["python-mysql-replication"]["rows_per_s"]),
+                    _n(v["mariadb-binlog"]["rows_per_s"]),
+                    f"{v['ratio_vs_python_mysql_replication']}x",
+                )
+            )
+    return rows
+
+
+def render() -> str:
+    cap, srv, lat, spk = _load("capture"), _load("serving"), _load("latency"), _load("spark")
+    machine = (cap or srv or lat or spk).get("machine", {})
+    parts = [
+        f"Run {machine.get('when', '?')} on {machine.get('cpus', '?')} cores, Python "
+        f"{machine.get('python', '?')}, {machine.get('platform', '?')} (shared, noisy).",
+        "",
+        _md(targets(cap, srv, lat)),
+        "",
+        _md(_capture_rows(cap)),
+    ]
+    if srv:
+        e2e, s = srv["end_to_end"], srv["serving"]
+        one, fifty = s["clients_1"], s["clients_50"]
+        parts += [
+            "",
+            _md(
+                [
+                    ("end to end and serving", "value"),
+                    (
+                        "`sluice tail` -> JSON (relay capturing too)",
+                        f"{_n(e2e['sluice_tail_events_per_s'])} events/s",
+                    ),
+                    (
+                        "python-mysql-replication -> JSON",
+                        f"{_n(e2e['python_mysql_replication_json_events_per_s'])} events/s "
+                        f"(Sluice {e2e['ratio']}x)",
+                    ),
+                    (
+                        "1 client (buffer read 50 times)",
+                        f"{_n(one['events_per_s'])} events/s, {one['mb_per_s']} MB/s, "
+                        f"relay CPU {one['relay_cpu_s']} s",
+                    ),
+                    (
+                        "50 concurrent clients",
+                        f"{_n(fifty['events_per_s'])} events/s, {fifty['mb_per_s']} MB/s, "
+                        f"relay CPU {fifty['relay_cpu_s']} s",
+                    ),
+                    ("relay's raw read of its buffer", f"{s['raw_buffer_read_mb_per_s']} MB/s"),
+                ]
+            ),
+        ]
+    if lat:
+        ours, base = lat["sluice_relay_client"], lat["python_mysql_replication_direct"]
+        parts += [
+            "",
+            _md(
+                [
+                    (f"latency at {lat['commits_per_s']} commits/s", "p50", "p99", "max"),
+                    (
+                        "Sluice relay -> client",
+                        *(f"{ours[k]} ms" for k in ("p50_ms", "p99_ms", "max_ms")),
+                    ),
+                    (
+                        "direct binlog reader",
+                        *(f"{base[k]} ms" for k in ("p50_ms", "p99_ms", "max_ms")),
+                    ),
+                ]
+            ),
+        ]
+    if spk:
+        pq, fold, snap = spk["relay_to_parquet"], spk["fold"], spk["snapshot_serving"]
+        parts += [
+            "",
+            _md(
+                [
+                    ("Spark path", "value"),
+                    (
+                        "relay -> Parquet, `sluice` source, Arrow",
+                        f"{_n(pq['sluice_arrow_events_per_s'])} events/s",
+                    ),
+                    (
+                        "relay -> Parquet, `sluice` source, tuples",
+                        f"{_n(pq['sluice_tuples_events_per_s'])} events/s",
+                    ),
+                    (
+                        "Parquet -> Parquet, Spark's own source",
+                        f"{_n(pq['spark_parquet_events_per_s'])} events/s "
+                        f"(Sluice {pq['sluice_arrow_vs_spark_parquet']}x)",
+                    ),
+                    (
+                        f"fold, {_n(fold['changes'])} changes / {_n(fold['keys'])} keys",
+                        f"{fold['fold_full_s_warm']} s warm ({fold['fold_full_s_cold']} s cold)",
+                    ),
+                    ("snapshot serving, one client", f"{_n(snap['rows_per_s'])} rows/s"),
+                ]
+            ),
+        ]
+    return "\n".join(parts)
+
+
+def _splice(path: Path, text: str) -> bool:
+    doc = path.read_text()
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(doc):
+        return False
+    path.write_text(pattern.sub(lambda _: f"{START}\n{text}\n{END}", doc))
+    return True
+
+
+def run() -> None:
+    text = render()
+    for path in (ROOT / "benchmarks" / "README.md", ROOT / "README.md"):
+        if _splice(path, text):
+            print("updated", path.relative_to(ROOT))
+    cap, srv, lat = _load("capture"), _load("serving"), _load("latency")
+    print(table(targets(cap, srv, lat)))
+
+
+if __name__ == "__main__":
+    run()
