@@ -40,10 +40,10 @@ def table(rows: list[tuple[str, ...]]) -> str:
 def binlog_reader(
     db: Any, start_scn: int, server_id: int, *, blocking: bool = False, **filters: Any
 ) -> Any:
-    """The baseline: python-mysql-replication reading inserted rows from ``start_scn``
+    """The baseline: python-mysql-replication reading row changes from ``start_scn``
     (file/position mode with ``resume_stream``, the only correct one on MariaDB)."""
     from pymysqlreplication import BinLogStreamReader
-    from pymysqlreplication.row_event import WriteRowsEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
     return BinLogStreamReader(
         connection_settings={"host": "127.0.0.1", "port": db.port, "user": "root", "password": ""},
@@ -52,6 +52,6 @@ def binlog_reader(
         log_pos=scn_position(start_scn),
         resume_stream=True,
         blocking=blocking,
-        only_events=[WriteRowsEvent],
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
         **filters,
     )

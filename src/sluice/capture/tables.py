@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+from zlib import crc32
 
 from sluice.capture.binlog import constants as t
 from sluice.capture.binlog.reader import Reader
@@ -134,34 +134,42 @@ class TableDecoder:
 
     def events(self, event_type: int, body: bytes) -> list[bytes]:
         """Encoded wire events for a rows event body (the table map already matched)."""
-        _images, pos = self._rows(event_type, body)
-        row, event, end = self._row, self._event, len(body)
+        _, pos = self._rows(event_type, body)
+        row, end = self._row, len(body)
         out: list[bytes] = []
         add = out.append
         if event_type in t.WRITE_ROWS:
-            while pos < end:
+            pack, source, size, version = self._framing(2)
+            while pos < end:  # inlined: this loop runs once per captured row
                 after, key, pos = row(body, pos)
-                add(event(_OP_C, key, b"\x00\x02" + after))
+                hashed = crc32(key.encode()) if key is not None else crc32(b"\0\2" + after)
+                head = pack(size + len(after), hashed, _OP_C, len(source), version)
+                add(b"".join((head, source, b"\0\2", after)))
         elif event_type in t.DELETE_ROWS:
             while pos < end:
                 before, key, pos = row(body, pos)
-                add(event(_OP_D, key, b"\x02" + before + b"\x00"))
+                add(self._event(_OP_D, key, b"\x02" + before + b"\x00"))
         else:
             while pos < end:
                 before, old_key, pos = row(body, pos)
                 after, key, pos = row(body, pos)
                 if old_key == key:
-                    add(event(_OP_U, key, b"\x02" + before + b"\x02" + after))
+                    add(self._event(_OP_U, key, b"".join((b"\x02", before, b"\x02", after))))
                 else:  # a primary key change: delete the old key, insert the new one
-                    add(event(_OP_D, old_key, b"\x02" + before + b"\x00"))
-                    add(event(_OP_C, key, b"\x00\x02" + after))
+                    add(self._event(_OP_D, old_key, b"\x02" + before + b"\x00"))
+                    add(self._event(_OP_C, key, b"\x00\x02" + after))
         return out
 
+    def _framing(self, extra: int) -> tuple[Callable[..., bytes], bytes, int, int]:
+        """What an event header needs: ``size`` is the event's size less its row image."""
+        size = wire.EVENT_HEADER_SIZE + len(self._source) + extra
+        return wire.EVENT_HEADER.pack, self._source, size, self.version
+
     def _event(self, op: int, key: str | None, payload: bytes) -> bytes:
-        hashed = zlib.crc32(key.encode() if key is not None else payload)
+        hashed = crc32(key.encode() if key is not None else payload)
         size = wire.EVENT_HEADER_SIZE + len(self._source) + len(payload)
         head = wire.EVENT_HEADER.pack(size, hashed, op, len(self._source), self.version)
-        return head + self._source + payload
+        return b"".join((head, self._source, payload))
 
     # -- the reference path: canonical values, then the schema's encoder ---------------------
     def reference_events(self, event_type: int, body: bytes) -> Iterator[bytes]:
@@ -200,7 +208,7 @@ class TableDecoder:
         row = after if after is not None else before
         assert row is not None
         key = self.codec.key_text(row)
-        hashed = zlib.crc32(key.encode() if key is not None else payload)
+        hashed = crc32(key.encode() if key is not None else payload)
         return wire.encode_event(wire.RawEvent(self.source, op, self.version, hashed, payload))
 
 

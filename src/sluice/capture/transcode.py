@@ -28,6 +28,8 @@ from sluice.schemas.avro import key_formatter
 from sluice.schemas.columns import Column
 from sluice.schemas.encoder import SMALL_VARINTS, column_encoder, varint
 
+_SMALL_UNION = [b"\x02" + b for b in SMALL_VARINTS]
+
 Transcode = Callable[[bytes, int], tuple[bytes, "str | None", int]]
 
 _FIXED = {t.T_TINY: "b", t.T_SHORT: "h", t.T_LONG: "i", t.T_LONGLONG: "q", t.T_YEAR: "B"}
@@ -88,38 +90,46 @@ def _day_micros_cache() -> tuple[dict[int, int | None], Callable[[int], int | No
 
 
 class _Generator:
+    """Builds the statements of each column. A column's Avro bytes go to one or two parts,
+    written ``@0`` and ``@1`` in the snippets and renamed to the function's ``p<n>`` locals;
+    the function joins all parts once at the end (no list appends)."""
+
     def __init__(self, plans: Sequence[ColumnPlan], key: Sequence[int]) -> None:
         self.plans = plans
         self.key = set(key)
-        self.env: dict[str, Any] = {"_S": SMALL_VARINTS, "_V": varint}
+        self.env: dict[str, Any] = {"_S": SMALL_VARINTS, "_SU": _SMALL_UNION, "_V": varint}
 
     # -- one column ---------------------------------------------------------------------
     def column(self, i: int) -> list[str]:
-        """Statements reading column ``i`` at ``pos`` and appending its Avro bytes."""
+        """Statements reading column ``i`` at ``pos`` into its parts (and ``k<i>`` for keys)."""
         p = self.plans[i]
         col, kind = p.binlog, p.schema.kind
         in_key = i in self.key
         ct = col.type
         if ct in _FIXED and kind != "uint64":
-            return self._fixed(i, f"_s{i}.unpack_from(data, pos)[0]", _FIXED[ct], col)
+            self.env[f"_s{i}"] = struct.Struct("<" + self._code(i))
+            return [
+                f"w{i} = _s{i}.unpack_from(data, pos)[0]; pos += {self._size(i)}",
+                *self._long_from(i),
+            ]
         if ct == t.T_INT24 and kind == "int":
             signed = not col.unsigned
             read = f"int.from_bytes(data[pos : pos + 3], 'little', signed={signed})"
-            return [f"x = {read}", *self._finish_long(i, 3)]
+            return [f"w{i} = {read}; pos += 3", *self._long_from(i)]
         if ct == t.T_DOUBLE:
-            return [f"a({self._branch(p)}data[pos : pos + 8]); pos += 8"]
+            return [f"@0 = {self._branch(p)}; @1 = data[pos : pos + 8]; pos += 8"]
         if ct in _TEXT_TYPES and self._copyable(p) and not (in_key and p.codec is None):
             return self._copy(i, p, in_key)
         if in_key:
             return self._fallback(i, p, in_key)
         if ct == t.T_NEWDECIMAL:
-            return self._decimal(i, p)
+            return self._decimal(p)
         if ct in (t.T_DATE, t.T_NEWDATE):
             cache, miss = _date_cache()
             self.env[f"_dc{i}"], self.env[f"_dm{i}"] = cache, miss
             return [
                 "d = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16; pos += 3",
-                f"a(_dc{i}[d] if d in _dc{i} else _dm{i}(d))",
+                f"@0 = _dc{i}[d] if d in _dc{i} else _dm{i}(d)",
             ]
         if ct == t.T_DATETIME2:
             return self._datetime2(i, col.scale)
@@ -129,29 +139,30 @@ class _Generator:
             return self._enum(i, p)
         return self._fallback(i, p, in_key)
 
+    @staticmethod
+    def parts(lines: list[str]) -> int:
+        return 2 if any("@1" in line for line in lines) else 1
+
     def _branch(self, p: ColumnPlan) -> str:
-        return 'b"\\x02" + ' if p.union else ""
+        return 'b"\\x02"' if p.union else 'b""'
 
-    def _zigzag(self, value: str, p: ColumnPlan) -> list[str]:
-        prefix = self._branch(p)
-        return [
-            f"z = ({value} << 1) ^ ({value} >> 63)",
-            f"a({prefix}_S[z] if z < 16384 else {prefix}_V(z))",
-        ]
+    def _code(self, i: int) -> str:
+        col = self.plans[i].binlog
+        code = _FIXED[col.type]
+        return code.upper() if col.unsigned else code
 
-    def _fixed(self, i: int, read: str, code: str, col: BinlogColumn) -> list[str]:
-        if col.unsigned:
-            code = code.upper()
-        self.env[f"_s{i}"] = struct.Struct("<" + code)
-        size = struct.calcsize("<" + code)
-        if col.type == t.T_YEAR:
-            return [f"x = {read}; x = x + 1900 if x else 0", *self._finish_long(i, size)]
-        return [f"x = {read}", *self._finish_long(i, size)]
+    def _size(self, i: int) -> int:
+        return struct.calcsize("<" + self._code(i))
 
-    def _finish_long(self, i: int, size: int) -> list[str]:
-        lines = [*self._zigzag("x", self.plans[i]), f"pos += {size}"]
+    def _long_from(self, i: int) -> list[str]:
+        """Column ``i``'s integer, unpacked into ``w<i>``, as a zigzag varint."""
+        p = self.plans[i]
+        value = f"(w{i} + 1900 if w{i} else 0)" if p.binlog.type == t.T_YEAR else f"w{i}"
+        table, prefix = ("_SU", 'b"\\x02" + ') if p.union else ("_S", "")
+        zigzag = f"{value} << 1" if p.binlog.unsigned else f"({value} << 1) ^ ({value} >> 63)"
+        lines = [f"z = {zigzag}", f"@0 = {table}[z] if z < 16384 else {prefix}_V(z)"]
         if i in self.key:
-            lines.append(f"k{i} = x")
+            lines.append(f"k{i} = {value}")
         return lines
 
     def _copyable(self, p: ColumnPlan) -> bool:
@@ -165,24 +176,27 @@ class _Generator:
     def _copy(self, i: int, p: ColumnPlan, in_key: bool) -> list[str]:
         col = p.binlog
         width = col.length if col.type in t.BLOB_TYPES else 1 if col.length < 256 else 2
+        table, prefix = ("_SU", 'b"\\x02" + ') if p.union else ("_S", "")
         if width == 1:
-            lines = ["n = data[pos]; pos += 1", f"a({self._branch(p)}_S[n << 1])"]
+            lines = [f"n = data[pos]; pos += 1; @0 = {table}[n << 1]"]
         else:
             read = (
                 "data[pos] | data[pos + 1] << 8"
                 if width == 2
-                else (f"int.from_bytes(data[pos : pos + {width}], 'little')")
+                else f"int.from_bytes(data[pos : pos + {width}], 'little')"
             )
-            lines = [f"n = {read}; pos += {width}", *self._zigzag("n", p)]
-        lines.append("r = data[pos : pos + n]; a(r); pos += n")
+            lines = [
+                f"n = {read}; pos += {width}; z = n << 1",
+                f"@0 = {table}[z] if z < 16384 else {prefix}_V(z)",
+            ]
+        lines.append("@1 = data[pos : pos + n]; pos += n")
         if in_key:
-            lines.append(f"k{i} = r.decode()")
+            lines.append(f"k{i} = @1.decode()")
         return lines
 
-    def _decimal(self, i: int, p: ColumnPlan) -> list[str]:
+    def _decimal(self, p: ColumnPlan) -> list[str]:
         precision, scale = p.binlog.precision, p.binlog.scale
-        intg = precision - scale
-        intg0, intg0x = divmod(intg, 9)
+        intg0, intg0x = divmod(precision - scale, 9)
         frac0, frac0x = divmod(scale, 9)
         groups: list[tuple[int, int]] = []  # (bytes, digits), most significant first
         if intg0x:
@@ -191,27 +205,23 @@ class _Generator:
         if frac0x:
             groups.append((_DIG2BYTES[frac0x], frac0x))
         size = sum(b for b, _ in groups)
-        top = 1 << (size * 8 - 1)
+        top, full = 1 << (size * 8 - 1), (1 << size * 8) - 1
         # Each group is a big-endian number of its digits; its weight is 10^(digits after it).
         terms, shift, after = [], 0, 0
         for nbytes, ndigits in reversed(groups):
-            part = (
-                f"(u >> {shift} & {(1 << nbytes * 8) - 1})"
-                if shift
-                else (f"(u & {(1 << nbytes * 8) - 1})")
-            )
+            mask = (1 << nbytes * 8) - 1
+            part = f"(u >> {shift} & {mask})" if shift else f"(u & {mask})"
             terms.append(part + (f" * {10**after}" if after else ""))
             shift += nbytes * 8
             after += ndigits
+        table = "_SU" if p.union else "_S"
         return [
             f"u = int.from_bytes(data[pos : pos + {size}], 'big'); pos += {size}",
             # A positive number has its top bit set; a negative one is stored inverted.
-            f"neg = not u & {top}; u ^= {top}",
-            f"if neg: u ^= {(1 << size * 8) - 1}",
-            "x = " + " + ".join(terms),
-            "if neg: x = -x",
-            "r = x.to_bytes((x.bit_length() + 8) >> 3, 'big', signed=True)",
-            f"a({self._branch(p)}_S[len(r) << 1]); a(r)",
+            f"if u & {top}: u ^= {top}; x = " + " + ".join(terms),
+            f"else: u ^= {full ^ top}; x = -(" + " + ".join(terms) + ")",
+            "@1 = x.to_bytes((x.bit_length() + 8) >> 3, 'big', signed=True)",
+            f"@0 = {table}[len(@1) << 1]",
         ]
 
     def _datetime2(self, i: int, fsp: int) -> list[str]:
@@ -228,11 +238,11 @@ class _Generator:
             *lines,
             "d = u >> 17",
             f"d = _tc{i}[d] if d in _tc{i} else _tm{i}(d)",
-            'if d is None: a(b"\\x00")',
+            'if d is None: @0 = b"\\x00"; @1 = b""',
             "else:",
             "    h = u & 0x1FFFF",
             f"    x = d + ((h >> 12) * 3600 + (h >> 6 & 63) * 60 + (h & 63)) * 1000000{frac}",
-            '    a(b"\\x02" + _V((x << 1) ^ (x >> 63)))',
+            '    @0 = b"\\x02"; @1 = _V((x << 1) ^ (x >> 63))',
         ]
 
     def _timestamp2(self, fsp: int) -> list[str]:
@@ -244,7 +254,7 @@ class _Generator:
                 f"x += int.from_bytes(data[pos : pos + {nbytes}], 'big') * {mult}; pos += {nbytes}"
             )
         # Zero is MySQL's zero timestamp: null. Others are positive: zigzag is a shift.
-        return [*lines, 'a(b"\\x02" + _V(x << 1) if x else b"\\x00")']
+        return [*lines, '@0 = b"\\x02" + _V(x << 1) if x else b"\\x00"']
 
     def _enum(self, i: int, p: ColumnPlan) -> list[str]:
         members = [m.decode(p.codec or "utf-8") for m in p.binlog.members]
@@ -254,69 +264,70 @@ class _Generator:
         self.env[f"_en{i}"], self.env[f"_ee{i}"] = table, branch + encode("")
         size = p.binlog.length
         read = "data[pos]" if size == 1 else f"int.from_bytes(data[pos : pos + {size}], 'little')"
-        return [f"a(_en{i}.get({read}, _ee{i})); pos += {size}"]
+        return [f"@0 = _en{i}.get({read}, _ee{i}); pos += {size}"]
 
     def _fallback(self, i: int, p: ColumnPlan, in_key: bool) -> list[str]:
         self.env[f"_d{i}"], self.env[f"_e{i}"] = p.decoder, column_encoder(p.schema)
         lines = [f"x, pos = _d{i}(data, pos)"]
         if p.union:
-            lines.append(f'a(b"\\x00" if x is None else b"\\x02" + _e{i}(x))')
+            lines.append(f'@0 = b"\\x00" if x is None else b"\\x02" + _e{i}(x)')
         else:
-            lines.append(f"a(_e{i}(x))")
+            lines.append(f"@0 = _e{i}(x)")
         if in_key:
             lines.append(f"k{i} = x")
         return lines
 
     # -- the function -------------------------------------------------------------------
-    def fast_body(self) -> list[str]:
-        """No NULLs: runs of fixed-width integers share one unpack."""
+    def body(self, nullable: bool) -> tuple[list[str], list[str]]:
+        """The statements of one variant and its parts in order. ``nullable``: check each
+        nullable column's NULL bit; else runs of fixed-width integers share one unpack."""
         lines: list[str] = []
-        run: list[int] = []
-
-        def flush() -> None:
+        names: list[str] = []
+        i = 0
+        while i < len(self.plans):
+            run = [] if nullable else self._run_from(i)
             if len(run) > 1:
-                lines.extend(self._run(run))
-            elif run:
-                lines.extend(self.column(run[0]))
-            run.clear()
-
-        for i, p in enumerate(self.plans):
-            if p.binlog.type in _FIXED and p.schema.kind != "uint64":
-                run.append(i)
+                fmt = "<" + "".join(self._code(j) for j in run)
+                self.env[f"_r{i}"] = struct.Struct(fmt)
+                unpacked = ", ".join(f"w{j}" for j in run)
+                lines.append(
+                    f"{unpacked} = _r{i}.unpack_from(data, pos); pos += {struct.calcsize(fmt)}"
+                )
+                for j in run:
+                    lines += self._rename(self._long_from(j), names)
+                i += len(run)
                 continue
-            flush()
-            lines += self.column(i)
-        flush()
-        return lines
+            snippet = self.column(i)
+            if nullable and self.plans[i].binlog.nullable:
+                null = ['@0 = b"\\x00"'] + (['@1 = b""'] if self.parts(snippet) == 2 else [])
+                lines += self._rename(
+                    [f"if nulls >> {i} & 1: " + "; ".join(null), "else:"]
+                    + [f"    {line}" for line in snippet],
+                    names,
+                )
+            else:
+                lines += self._rename(snippet, names)
+            i += 1
+        return lines, names
 
-    def _run(self, run: list[int]) -> list[str]:
-        codes = []
-        for i in run:
-            code = _FIXED[self.plans[i].binlog.type]
-            codes.append(code.upper() if self.plans[i].binlog.unsigned else code)
-        fmt = "<" + "".join(codes)
-        self.env[f"_r{run[0]}"] = struct.Struct(fmt)
-        names = ", ".join(f"w{i}" for i in run)
-        lines = [f"{names} = _r{run[0]}.unpack_from(data, pos); pos += {struct.calcsize(fmt)}"]
-        for i in run:
-            year = self.plans[i].binlog.type == t.T_YEAR
-            lines.append(f"x = w{i} + 1900 if w{i} else 0" if year else f"x = w{i}")
-            lines += self._zigzag("x", self.plans[i])
-            if i in self.key:
-                lines.append(f"k{i} = x")
-        return lines
+    def _run_from(self, i: int) -> list[int]:
+        run = []
+        while (
+            i < len(self.plans)
+            and self.plans[i].binlog.type in _FIXED
+            and (self.plans[i].schema.kind != "uint64")
+        ):
+            run.append(i)
+            i += 1
+        return run
 
-    def general_body(self) -> list[str]:
-        lines: list[str] = []
-        for i, p in enumerate(self.plans):
-            body = self.column(i)
-            if not p.binlog.nullable:
-                lines += body
-                continue
-            lines.append(f'if nulls >> {i} & 1: a(b"\\x00")')
-            lines.append("else:")
-            lines += [f"    {line}" for line in body]
-        return lines
+    @staticmethod
+    def _rename(lines: list[str], names: list[str]) -> list[str]:
+        """Give the snippet's ``@0``/``@1`` the next free part names."""
+        count = 2 if any("@1" in line for line in lines) else 1
+        first = len(names)
+        names += [f"p{first + n}" for n in range(count)]
+        return [line.replace("@0", f"p{first}").replace("@1", f"p{first + 1}") for line in lines]
 
     def key_expression(self, key: Sequence[int]) -> str:
         if not key:
@@ -338,21 +349,21 @@ def build_transcoder(plans: Sequence[ColumnPlan], key: Sequence[int]) -> Transco
     gen = _Generator(plans, key)
     count = len(plans)
     null_bytes, mask = (count + 7) // 8, (1 << count) - 1
-    indent = "        "
+    key_text = gen.key_expression(key)
     lines = [
         "def row(data, pos):",
         # The server may set the unused high bits of the last byte; only real columns count.
         f"    nulls = int.from_bytes(data[pos : pos + {null_bytes}], 'little') & {mask}",
         f"    pos += {null_bytes}",
-        "    out = []",
-        "    a = out.append",
         "    if not nulls:",
-        *(indent + line for line in gen.fast_body()),
-        "    else:",
-        *(indent + line for line in gen.general_body()),
-        f"    return b''.join(out), {gen.key_expression(key)}, pos",
     ]
-    env = gen.env
-    exec("\n".join(lines), env)
-    transcode: Transcode = env["row"]
+    for nullable in (False, True):
+        body, names = gen.body(nullable)
+        lines += [f"        {line}" for line in body]
+        joined = ", ".join(names) + ("," if len(names) == 1 else "")
+        lines.append(f"        return b''.join(({joined})), {key_text}, pos")
+        if not nullable:
+            lines.append("    else:")
+    exec("\n".join(lines), gen.env)
+    transcode: Transcode = gen.env["row"]
     return transcode
