@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import fastavro
 
 from sluice.errors import SchemaError
-from sluice.schemas.columns import Column, avro_name, canonical_converter, json_converter
+from sluice.schemas.columns import Column, avro_name, canonical_converter
+from sluice.schemas.decoder import envelope_text, envelope_values, row_end
 from sluice.schemas.encoder import envelope_encoder
-from sluice.schemas.jsontext import envelope_text
 
 NAMESPACE = "sluice"
 
@@ -101,10 +100,13 @@ class RowCodec:
 
     schema: TableSchema
     _parsed: Any = field(init=False)
-    _to_json: list[tuple[str, str, Callable[[Any], Any]]] = field(init=False)
     _key_text: list[tuple[int, str, Callable[[Any], str]]] = field(init=False)
     _encode: Callable[[Sequence[Any] | None, Sequence[Any] | None], bytes] = field(init=False)
-    _text: Callable[[bytes], tuple[str, str, str]] | None = field(init=False, default=None)
+    _text: dict[bool, Callable[[bytes], tuple[str, str, str]]] = field(
+        init=False, default_factory=dict
+    )
+    _values: Callable[[bytes], tuple[Any, Any, Any]] = field(init=False)
+    _row_end: Callable[[bytes, int], int] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         row = self.schema.to_avro()
@@ -118,10 +120,6 @@ class RowCodec:
             ],
         }
         self._parsed = fastavro.parse_schema(envelope)
-        self._to_json = [
-            (f["name"], col.name, json_converter(col.kind))
-            for f, col in zip(row["fields"], self.schema.columns, strict=True)
-        ]
         index = {col.name: i for i, col in enumerate(self.schema.columns)}
         self._key_text = [
             (
@@ -132,6 +130,7 @@ class RowCodec:
             for name in sorted(self.schema.primary_key)
         ]
         self._encode = envelope_encoder(self.schema.columns)
+        self._values = envelope_values(self.schema.columns, self.schema.primary_key)
 
     def encode(self, before: Sequence[Any] | None, after: Sequence[Any] | None) -> bytes:
         """Encode canonical row values (in column order) as Avro binary."""
@@ -145,33 +144,33 @@ class RowCodec:
 
     def decode(self, payload: bytes) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """Decode a payload into JSON-mapped ``(before, after)`` rows."""
-        record = cast(
-            dict[str, Any], fastavro.schemaless_reader(io.BytesIO(payload), self._parsed, None)
-        )
-        return self._row_json(record["before"]), self._row_json(record["after"])
+        _, before, after = self._values(payload)
+        return before, after
 
-    def decode_text(self, payload: bytes) -> tuple[str, str, str]:
-        """``(key, before, after)`` of a payload as JSON text, without Python values."""
-        if self._text is None:
-            self._text = envelope_text(self.schema.columns, self.schema.primary_key)
-        return self._text(payload)
+    def decode_event(
+        self, payload: bytes
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None]:
+        """``(key, before, after)``, JSON-mapped; the key of the after image, else the before."""
+        return self._values(payload)
+
+    def decode_text(self, payload: bytes, canonical_key: bool = False) -> tuple[str, str, str]:
+        """``(key, before, after)`` of a payload as JSON text, without Python values; the key
+        as in ``Event.to_json_dict()``, or canonical (sorted, compact) with ``canonical_key``."""
+        decode = self._text.get(canonical_key)
+        if decode is None:
+            columns, key = self.schema.columns, self.schema.primary_key
+            decode = self._text[canonical_key] = envelope_text(columns, key, canonical_key)
+        return decode(payload)
 
     def snapshot_payload(self, payload: bytes) -> bytes:
-        """The payload of an ``r`` event: the after image of ``payload``, no before image."""
-        reader = io.BytesIO(payload)
-        record = cast(dict[str, Any], fastavro.schemaless_reader(reader, self._parsed, None))
-        out = io.BytesIO()
-        row = record["after"] if record["after"] is not None else record["before"]
-        fastavro.schemaless_writer(out, self._parsed, {"before": None, "after": row})
-        return out.getvalue()
-
-    def _row_json(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
-        if row is None:
-            return None
-        return {
-            column: (None if (value := row[name]) is None else convert(value))
-            for name, column, convert in self._to_json
-        }
+        """The payload of an ``r`` event: the after image of ``payload``, no before image.
+        Bytes are sliced, not decoded: only the before image's lengths are read."""
+        if self._row_end is None:
+            self._row_end = row_end(self.schema.columns)
+        end = self._row_end(payload, 1) if payload[0] else 1
+        if payload[end]:  # an after image: keep it as is
+            return b"\x00" + payload[end:]
+        return b"\x00\x02" + payload[1:end]  # a delete: its before image becomes the row
 
     def key_of(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
         if row is None or not self.schema.primary_key:

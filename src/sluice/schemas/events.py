@@ -16,14 +16,13 @@ def decode_window(record: bytes, codec_for: CodecLookup) -> Window:
     header = wire.read_window_header(record)
     events = []
     for raw in wire.decode_events(record):
-        codec = codec_for(raw.source, raw.schema_version)
-        before, after = codec.decode(raw.payload)
+        key, before, after = codec_for(raw.source, raw.schema_version).decode_event(raw.payload)
         events.append(
             Event(
                 scn=header.scn,
                 source=raw.source,
                 op=raw.op,
-                key=codec.key_of(after if after is not None else before),
+                key=key,
                 before=before,
                 after=after,
                 ts_ms=header.ts_ms,

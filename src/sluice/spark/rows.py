@@ -35,15 +35,6 @@ RAW_ARROW = [("seq", pa.int32()), ("key_hash", pa.int64()), ("payload", pa.binar
 CodecLookup = Callable[[str, int], RowCodec]
 
 
-def _dumps(value: Any, canonical: bool = False) -> str | None:
-    """JSON text; ``canonical`` (sorted, compact) for keys, whose text is hashed and compared."""
-    if value is None:
-        return None
-    if canonical:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return json.dumps(value, ensure_ascii=False)
-
-
 class GenericRows:
     """Accumulates events as the generic columns."""
 
@@ -62,16 +53,15 @@ class GenericRows:
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
         for seq, raw in enumerate(wire.decode_events(record)):
             codec = codec_for(raw.source, raw.schema_version)
-            before, after = codec.decode(raw.payload)
-            key = codec.key_of(after if after is not None else before)
+            key, before, after = codec.decode_text(raw.payload, canonical_key=True)
             values: list[Any] = [
                 header.scn,
                 raw.source,
                 self.op_override or raw.op,
                 ts,
-                _dumps(key, canonical=True),
-                _dumps(before),
-                _dumps(after),
+                None if key == "null" else key,
+                None if before == "null" else before,
+                None if after == "null" else after,
                 raw.schema_version,
             ]
             if self.include_raw:

@@ -1,16 +1,19 @@
-"""Avro -> JSON text generated per schema gives the text of ``Event.to_json_dict()``."""
+"""The decoders generated per schema: values equal fastavro's (mapped to JSON values), text
+equals the JSON encoder's output for ``Event.to_json_dict()``."""
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any
 
-from hypothesis import given
+import fastavro
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from sluice.core import wire
 from sluice.schemas import RowCodec, TableSchema
-from sluice.schemas.columns import Column
+from sluice.schemas.columns import Column, json_converter
 from sluice.schemas.events import decode_window, window_json
 from tests.unit.test_schemas import SCHEMA, row_values
 
@@ -33,6 +36,33 @@ def _lines_both_ways(schema: TableSchema, rows: list[tuple[Any, Any]]) -> tuple[
 
 def _lookup(codec: RowCodec) -> Any:
     return lambda source, version: codec
+
+
+def _fastavro_values(codec: RowCodec, payload: bytes) -> tuple[Any, Any, Any]:
+    """The reference: fastavro's reader, then each column's JSON mapping."""
+    record = fastavro.schemaless_reader(io.BytesIO(payload), codec._parsed, None)
+    assert isinstance(record, dict)
+    fields = codec.schema.to_avro()["fields"]
+
+    def mapped(row: dict[str, Any] | None) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        return {
+            col.name: None if row[f["name"]] is None else json_converter(col.kind)(row[f["name"]])
+            for f, col in zip(fields, codec.schema.columns, strict=True)
+        }
+
+    before, after = mapped(record["before"]), mapped(record["after"])
+    image = after if after is not None else before
+    key = None if image is None else {n: image[n] for n in codec.schema.primary_key}
+    return key, before, after
+
+
+@given(before=st.none() | row_values, after=st.none() | row_values)
+def test_values_match_fastavro(before: Any, after: Any) -> None:
+    codec = RowCodec(SCHEMA)
+    payload = codec.encode(before, after)
+    assert codec.decode_event(payload) == _fastavro_values(codec, payload)
 
 
 @given(
@@ -72,4 +102,20 @@ def test_edge_values_and_odd_names(
     row = (text, small, day, micros, fraction, None, 5)
     ours, expected = _lines_both_ways(schema, [(None, row), (row, row), (row, None)])
     assert ours == expected
+    codec = RowCodec(schema)
+    payload = codec.encode(row, None)
+    key, _, _ = _fastavro_values(codec, payload)
+    assert codec.decode_event(payload) == _fastavro_values(codec, payload)
+    # The canonical key text (Spark's key column) is what the relay hashes.
+    canonical = json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert codec.decode_text(payload, canonical_key=True)[0] == canonical
+    assert canonical == codec.key_text(row)
     assert json.loads(ours[0])["after"]['k "%s"'] == text
+
+
+@given(before=st.none() | row_values, after=st.none() | row_values)
+def test_snapshot_payload_keeps_only_the_current_image(before: Any, after: Any) -> None:
+    assume(before is not None or after is not None)
+    codec = RowCodec(SCHEMA)
+    current = after if after is not None else before
+    assert codec.snapshot_payload(codec.encode(before, after)) == codec.encode(None, current)

@@ -1,0 +1,294 @@
+"""Avro ``Row`` bytes -> the design brief's JSON mapping, generated once per schema version.
+
+Two outputs from one generator: JSON-mapped Python values (``Event.before``/``after``, what
+``fastavro`` plus ``json_converter`` give, several times faster) and JSON text (what
+``json.JSONEncoder(ensure_ascii=False)`` writes for ``Event.to_json_dict()``, for JSON
+consumers such as ``sluice tail``). ``tests/unit/test_decoder.py`` checks both against
+fastavro and the encoder on every kind; the differential test on every MariaDB type.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import struct
+from collections.abc import Callable, Sequence
+from json.encoder import encode_basestring
+from typing import Any
+
+from sluice.schemas.columns import Column, json_converter
+
+Row = dict[str, Any]
+RowValues = Callable[[bytes, int], tuple[Row, "Row | None", int]]
+RowText = Callable[[bytes, int], tuple[str, str, int]]
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_EPOCH = dt.date(1970, 1, 1)
+_DAY_MICROS = 86_400_000_000
+# The one-byte zigzag varints: values -64..63, and their text.
+_ONE_BYTE = [(b >> 1) ^ -(b & 1) for b in range(128)]
+_ONE_BYTE_TEXT = [str(v) for v in _ONE_BYTE]
+
+
+def read_long(data: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint at ``pos``: ``(value, next pos)``."""
+    b = data[pos]
+    pos += 1
+    value, shift = b & 0x7F, 7
+    while b & 0x80:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+    return (value >> 1) ^ -(value & 1), pos
+
+
+_days_text: dict[int, str] = {}
+
+
+def date_text(days: int) -> str:
+    """ISO date of days since 1970-01-01 (cached: tables hold few distinct dates)."""
+    text = _days_text.get(days)
+    if text is None:
+        if len(_days_text) > 1 << 16:
+            _days_text.clear()
+        text = _days_text[days] = (_EPOCH + dt.timedelta(days=days)).isoformat()
+    return text
+
+
+def datetime_text(micros: int) -> str:
+    """``datetime.isoformat()`` of microseconds since 1970, without building a datetime."""
+    days, rest = divmod(micros, _DAY_MICROS)
+    seconds, frac = divmod(rest, 1_000_000)
+    minutes, sec = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    if frac:
+        return f"{date_text(days)}T{hour:02d}:{minute:02d}:{sec:02d}.{frac:06d}"
+    return f"{date_text(days)}T{hour:02d}:{minute:02d}:{sec:02d}"
+
+
+def timestamp_text(micros: int) -> str:
+    return datetime_text(micros) + "Z"
+
+
+def decimal_text(scale: int) -> Callable[[bytes], str]:
+    """``format(Decimal, "f")`` of an Avro decimal's bytes at ``scale``."""
+
+    def text(raw: bytes) -> str:
+        unscaled = int.from_bytes(raw, "big", signed=True)
+        digits = str(abs(unscaled))
+        sign = "-" if unscaled < 0 else ""
+        if not scale:
+            return sign + digits
+        digits = digits.rjust(scale + 1, "0")
+        return f"{sign}{digits[:-scale]}.{digits[-scale:]}"
+
+    return text
+
+
+def _uint64(raw: bytes) -> int:
+    return int.from_bytes(raw, "big", signed=True)
+
+
+def _base64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def _json(raw: bytes) -> Any:
+    return json.loads(raw.decode())
+
+
+def _set(data: bytes, pos: int) -> tuple[list[str], int]:
+    members: list[str] = []
+    while True:
+        count, pos = read_long(data, pos)
+        if count == 0:
+            return members, pos
+        if count < 0:  # a block with its byte size: skip the size
+            count = -count
+            _, pos = read_long(data, pos)
+        for _ in range(count):
+            n, pos = read_long(data, pos)
+            members.append(data[pos : pos + n].decode())
+            pos += n
+
+
+def _set_text(data: bytes, pos: int) -> tuple[str, int]:
+    members, pos = _set(data, pos)
+    return "[" + ", ".join(map(encode_basestring, members)) + "]", pos
+
+
+_FROM_LONG: dict[str, Callable[[int], str]] = {
+    "time": json_converter("time"),
+    "date": date_text,
+    "datetime": datetime_text,
+    "timestamp": timestamp_text,
+}
+_LONG_KINDS = ("int", "year", "bit", *_FROM_LONG)
+_QUOTED = ("decimal", "bytes", "geometry", *_FROM_LONG)  # JSON strings that need no escaping
+
+
+class _Generator:
+    """Statements per column reading its non-null Avro value at ``pos`` into ``v<i>``: the
+    JSON-mapped value, or its JSON text when ``text``."""
+
+    def __init__(self, text: bool) -> None:
+        self.text = text
+        self.env: dict[str, Any] = {
+            "_L": read_long,
+            "_T1": _ONE_BYTE_TEXT if text else _ONE_BYTE,
+            "_esc": encode_basestring,
+            "_unpack": struct.Struct("<d").unpack_from,
+            "_float": _ENCODER.encode,
+            "_set": _set_text if text else _set,
+        }
+
+    def column(self, i: int, col: Column) -> list[str]:
+        kind = col.kind
+        if kind in ("int", "year", "bit"):
+            as_text = f"; v{i} = str(v{i})" if self.text else ""
+            return [
+                "b = data[pos]",
+                f"if b < 128: v{i} = _T1[b]; pos += 1",
+                f"else: v{i}, pos = _L(data, pos){as_text}",
+            ]
+        if kind in ("float", "double"):
+            value = "_float(x)" if self.text else "x"
+            return [f"x = _unpack(data, pos)[0]; pos += 8; v{i} = {value}"]
+        if kind == "set":
+            return [f"v{i}, pos = _set(data, pos)"]
+        if kind in _FROM_LONG:
+            self.env[f"_c{i}"] = _FROM_LONG[kind]
+            return [f"x, pos = _L(data, pos); v{i} = {self._quote(kind, f'_c{i}(x)')}"]
+        read = [
+            "n = data[pos]",
+            "if n < 128: n >>= 1; pos += 1",
+            "else: n, pos = _L(data, pos)",
+            "r = data[pos : pos + n]; pos += n",
+        ]
+        if kind in ("string", "enum", "uuid", "inet6"):
+            return [*read, f"v{i} = _esc(r.decode())" if self.text else f"v{i} = r.decode()"]
+        convert: Callable[[bytes], Any] = {
+            "decimal": decimal_text(col.scale),
+            "uint64": _uint64,
+            "json": _json,
+        }.get(kind, _base64)
+        self.env[f"_c{i}"] = convert
+        value = f"_c{i}(r)"
+        if self.text and kind in ("uint64", "json"):
+            self.env["_dump"] = _ENCODER.encode
+            value = f"_dump({value})"
+        return [*read, f"v{i} = {self._quote(kind, value)}"]
+
+    def _quote(self, kind: str, value: str) -> str:
+        return f"'\"' + {value} + '\"'" if self.text and kind in _QUOTED else value
+
+    def function(self, columns: Sequence[Column], result: str) -> Callable[..., Any]:
+        lines = ["def row(data, pos):"]
+        null = '"null"' if self.text else "None"
+        for i, col in enumerate(columns):
+            body = self.column(i, col)
+            if isinstance(col.avro_type(), list):
+                lines.append(f"    if data[pos] == 0: pos += 1; v{i} = {null}")
+                lines.append("    else:")
+                lines.append("        pos += 1")
+                lines += [f"        {line}" for line in body]
+            else:
+                lines += [f"    {line}" for line in body]
+        lines.append(f"    return {result}, pos")
+        exec("\n".join(lines), self.env)
+        row: Callable[..., Any] = self.env["row"]
+        return row
+
+
+def _tuple(names: Sequence[str]) -> str:
+    return ", ".join(names) + ("," if len(names) == 1 else "")
+
+
+def row_values(columns: Sequence[Column], primary_key: Sequence[str]) -> RowValues:
+    """``row(data, pos) -> (row dict, key dict or None, next pos)``: JSON-mapped values."""
+    index = {c.name: i for i, c in enumerate(columns)}
+    row = "{" + ", ".join(f"{c.name!r}: v{i}" for i, c in enumerate(columns)) + "}"
+    key = "{" + ", ".join(f"{n!r}: v{index[n]}" for n in primary_key) + "}"
+    result = f"{row}, {key if primary_key else 'None'}"
+    return _Generator(text=False).function(columns, result)
+
+
+def row_text(
+    columns: Sequence[Column], primary_key: Sequence[str], canonical_key: bool = False
+) -> RowText:
+    """``row(data, pos) -> (row JSON, key JSON, next pos)``: the encoder's text. The key is
+    ``{name: value}`` in key order, or with ``canonical_key`` sorted and compact (the text
+    the relay hashes for partitions)."""
+    names = [encode_basestring(c.name).replace("%", "%%") for c in columns]
+    row_format = "{" + ", ".join(f"{n}: %s" for n in names) + "}"
+    index = {c.name: i for i, c in enumerate(columns)}
+    key_names = sorted(primary_key) if canonical_key else primary_key
+    key = [(encode_basestring(name).replace("%", "%%"), index[name]) for name in key_names]
+    values = _tuple([f"v{i}" for i in range(len(columns))])
+    if key:
+        sep, colon = (",", ":") if canonical_key else (", ", ": ")
+        key_format = "{" + sep.join(f"{n}{colon}%s" for n, _ in key) + "}"
+        key_expr = f"{key_format!r} % ({_tuple([f'v{i}' for _, i in key])})"
+    else:
+        key_expr = '"null"'
+    return _Generator(text=True).function(columns, f"{row_format!r} % ({values}), {key_expr}")
+
+
+def row_end(columns: Sequence[Column]) -> Callable[[bytes, int], int]:
+    """``end(data, pos) -> pos`` after the row at ``pos``, reading only lengths."""
+    lines = ["def end(data, pos):"]
+    for col in columns:
+        indent = "    "
+        if isinstance(col.avro_type(), list):
+            lines.append("    pos += 1")
+            lines.append("    if data[pos - 1]:")
+            indent = "        "
+        if col.kind in ("float", "double"):
+            lines.append(f"{indent}pos += 8")
+        elif col.kind == "set":
+            lines.append(f"{indent}_, pos = _set(data, pos)")
+        elif col.kind in _LONG_KINDS:
+            lines.append(f"{indent}while data[pos] & 0x80: pos += 1")
+            lines.append(f"{indent}pos += 1")
+        else:
+            lines.append(f"{indent}n, pos = _L(data, pos); pos += n")
+    lines.append("    return pos")
+    env: dict[str, Any] = {"_L": read_long, "_set": _set}
+    exec("\n".join(lines), env)
+    end: Callable[[bytes, int], int] = env["end"]
+    return end
+
+
+def _envelope(
+    row: Callable[[bytes, int], tuple[Any, Any, int]], null: Any
+) -> Callable[[bytes], tuple[Any, Any, Any]]:
+    def decode(payload: bytes) -> tuple[Any, Any, Any]:
+        """``(key, before, after)``; the key is the after image's, else the before image's."""
+        key = null
+        if payload[0]:
+            before, key, pos = row(payload, 1)
+        else:
+            before, pos = null, 1
+        if payload[pos]:
+            after, key, _ = row(payload, pos + 1)
+        else:
+            after = null
+        return key, before, after
+
+    return decode
+
+
+def envelope_values(
+    columns: Sequence[Column], primary_key: Sequence[str]
+) -> Callable[[bytes], tuple[Row | None, Row | None, Row | None]]:
+    """``payload -> (key, before, after)`` as JSON-mapped dicts (None when absent)."""
+    return _envelope(row_values(columns, primary_key), None)
+
+
+def envelope_text(
+    columns: Sequence[Column], primary_key: Sequence[str], canonical_key: bool = False
+) -> Callable[[bytes], tuple[str, str, str]]:
+    """``payload -> (key, before, after)`` as JSON text (``null`` when absent)."""
+    return _envelope(row_text(columns, primary_key, canonical_key), "null")
