@@ -43,6 +43,7 @@ def _relay_to_parquet(spark: Any, relay: str, out: str, arrow: bool) -> float:
             spark.readStream.format("sluice")
             .option("relay", relay)
             .option("arrow", str(arrow).lower())
+            .option("partitions", "2")
             .load()
             .writeStream.format("parquet")
             .option("path", f"{out}/data")
