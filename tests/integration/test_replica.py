@@ -68,3 +68,28 @@ def test_windows_are_whole_transactions_in_scn_order(
         {"id": 50},
     )
     assert windows[2].events[0].op == "d" and windows[2].events[0].before["id"] == 0  # type: ignore[index]
+
+
+def test_non_transactional_changes_survive_a_rollback(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    """MyISAM changes inside a rolled-back transaction stay in the table: the replica keeps
+    them too, and the InnoDB changes of that transaction never appear."""
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE inno (id INT PRIMARY KEY) ENGINE=InnoDB")
+        cur.execute("CREATE TABLE isam (id INT PRIMARY KEY) ENGINE=MyISAM")
+    sources = [f"{database}.inno", f"{database}.isam"]
+    with RelayThread(relay_config(mariadb, sources, tmp_path / "relay")) as relay:
+        with conn.cursor() as cur:
+            for n, end in ((1, "ROLLBACK"), (2, "ROLLBACK"), (3, "COMMIT")):
+                cur.execute("BEGIN")
+                first, second = ("inno", "isam") if n % 2 else ("isam", "inno")
+                cur.execute(f"INSERT INTO {first} VALUES (%s)", (n,))
+                cur.execute(f"INSERT INTO {second} VALUES (%s)", (n,))
+                cur.execute(end)
+        wait_relay_caught_up(relay.url, conn)
+        replica = ReplicaConsumer()
+        consume(relay.url, replica)
+    assert_replica_equals(replica, conn, sources)
+    assert len(replica.snapshot(f"{database}.isam")) == 3
+    assert len(replica.snapshot(f"{database}.inno")) == 1

@@ -141,6 +141,7 @@ class _Generator:
 
     @staticmethod
     def parts(lines: list[str]) -> int:
+        """How many parts a snippet writes: ``@0``, and ``@1`` when it uses it."""
         return 2 if any("@1" in line for line in lines) else 1
 
     def _branch(self, p: ColumnPlan) -> str:
@@ -321,10 +322,9 @@ class _Generator:
             i += 1
         return run
 
-    @staticmethod
-    def _rename(lines: list[str], names: list[str]) -> list[str]:
+    def _rename(self, lines: list[str], names: list[str]) -> list[str]:
         """Give the snippet's ``@0``/``@1`` the next free part names."""
-        count = 2 if any("@1" in line for line in lines) else 1
+        count = self.parts(lines)
         first = len(names)
         names += [f"p{first + n}" for n in range(count)]
         return [line.replace("@0", f"p{first}").replace("@1", f"p{first + 1}") for line in lines]
