@@ -61,7 +61,14 @@ def _capture_rows(cap: dict[str, Any]) -> list[tuple[str, ...]]:
         "insert_1_per_txn": "single-row transactions",
     }
     rows: list[tuple[str, ...]] = [
-        ("capture", "Sluice rows/s", "python-mysql-replication", "mariadb-binlog", "ratio")
+        (
+            "capture",
+            "Sluice relay rows/s",
+            "its capture thread alone",
+            "python-mysql-replication",
+            "mariadb-binlog",
+            "ratio (relay)",
+        )
     ]
     for key, label in names.items():
         if key in cap:
@@ -70,6 +77,7 @@ def _capture_rows(cap: dict[str, Any]) -> list[tuple[str, ...]]:
                 (
                     label,
                     _n(v["sluice"]["rows_per_s"]),
+                    _n(v.get("sluice capture thread", {}).get("rows_per_s", 0)),
                     _n(v["python-mysql-replication"]["rows_per_s"]),
                     _n(v["mariadb-binlog"]["rows_per_s"]),
                     f"{v['ratio_vs_python_mysql_replication']}x",

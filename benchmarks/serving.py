@@ -91,7 +91,7 @@ def _raw_buffer_read(data_dir: Path) -> float:
 
     with (data_dir / BUFFER_FILE).open("rb") as fh:
         mem = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        buffer = EventBuffer(mem)  # type: ignore[arg-type]
+        buffer = EventBuffer(mem)
         buffer.restore()
         began, size, scn, cursor = time.perf_counter(), 0, buffer.start_scn, None
         while True:

@@ -226,8 +226,8 @@ def test_decoders_agree_on_randomized_rows_of_every_type(
 def test_keys_of_every_kind_match_the_value_path(
     mariadb: PrivateMariaDB, database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Composite keys of text, temporal and decimal columns: same bytes, key hashes and
-    primary-key-change split as the value-by-value path."""
+    """Composite keys of text, temporal and decimal columns, and a table without a key: same
+    bytes, key hashes and primary-key-change split as the value-by-value path."""
     mismatches, checked = _check_against_reference(monkeypatch)
     conn = mariadb.connect(database)
     with conn.cursor() as cur:
@@ -235,6 +235,7 @@ def test_keys_of_every_kind_match_the_value_path(
             "CREATE TABLE keyed (name VARCHAR(20), at DATETIME(6), amount DECIMAL(8,2), "
             "v INT, note VARCHAR(10), PRIMARY KEY (name, at, amount)) ENGINE=InnoDB"
         )
+        cur.execute("CREATE TABLE nokey (a INT, b VARCHAR(5)) ENGINE=InnoDB")
     start = end_scn(conn)
     rng = random.Random(7)
     with conn.cursor() as cur:
@@ -253,6 +254,9 @@ def test_keys_of_every_kind_match_the_value_path(
         cur.execute("UPDATE keyed SET v = v + 1 WHERE v % 3 = 0")  # same key
         cur.execute("UPDATE keyed SET amount = amount + 1 WHERE v % 5 = 0")  # key changes
         cur.execute("DELETE FROM keyed WHERE v % 4 = 0")
+        cur.executemany("INSERT INTO nokey VALUES (%s, %s)", [(n, str(n)) for n in range(6)])
+        cur.execute("UPDATE nokey SET b = 'x' WHERE a < 2")
+        cur.execute("DELETE FROM nokey WHERE a = 5")
     stop = end_scn(conn)
     conn.close()
 
@@ -266,7 +270,10 @@ def test_keys_of_every_kind_match_the_value_path(
 
     registry = SchemaRegistry()
     capture = MySQLCapture(
-        parse_source_url(mariadb.url).params(), (f"{database}.keyed",), registry, sink
+        parse_source_url(mariadb.url).params(),
+        (f"{database}.keyed", f"{database}.nokey"),
+        registry,
+        sink,
     )
     capture.start(start)
     assert done.wait(120)
@@ -278,6 +285,7 @@ def test_keys_of_every_kind_match_the_value_path(
     ]
     assert mismatches == []
     assert sum(checked) == len(events)
-    ops = "".join(e.op for e in events)
+    assert "".join(e.op for e in events if e.source.endswith(".nokey")) == "ccccccuud"
+    ops = "".join(e.op for e in events if e.source.endswith(".keyed"))
     assert ops.count("c") == 60 + 12 and ops.count("u") == 20
     assert ops.count("d") == 12 + 15 and "dc" * 12 in ops  # key changes: delete + insert

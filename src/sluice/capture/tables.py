@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 from zlib import crc32
 
@@ -106,10 +106,11 @@ class TableDecoder:
         self._count = len(plans)
         self._null_bytes = (self._count + 7) // 8
         self._null_mask = (1 << self._count) - 1
-        self._row = build_transcoder(plans, table_map.primary_key)
         self._source = self.source.encode()
         if len(self._source) > 255:
             raise DecodeError(f"source name too long: {self.source!r}", source=self.source)
+        transcoder = build_transcoder(plans, table_map.primary_key, self._source, self.version)
+        self._row, self._inserts = transcoder.row, transcoder.inserts
 
     def _rows(self, event_type: int, body: bytes) -> tuple[int, int]:
         """Check a rows event's header; returns (images per row, offset of the first row)."""
@@ -139,13 +140,8 @@ class TableDecoder:
         out: list[bytes] = []
         add = out.append
         if event_type in t.WRITE_ROWS:
-            pack, source, size, version = self._framing(2)
-            while pos < end:  # inlined: this loop runs once per captured row
-                after, key, pos = row(body, pos)
-                hashed = crc32(key.encode()) if key is not None else crc32(b"\0\2" + after)
-                head = pack(size + len(after), hashed, _OP_C, len(source), version)
-                add(b"".join((head, source, b"\0\2", after)))
-        elif event_type in t.DELETE_ROWS:
+            return self._inserts(body, pos, end)
+        if event_type in t.DELETE_ROWS:
             while pos < end:
                 before, key, pos = row(body, pos)
                 add(self._event(_OP_D, key, b"\x02" + before + b"\x00"))
@@ -160,13 +156,8 @@ class TableDecoder:
                     add(self._event(_OP_C, key, b"\x00\x02" + after))
         return out
 
-    def _framing(self, extra: int) -> tuple[Callable[..., bytes], bytes, int, int]:
-        """What an event header needs: ``size`` is the event's size less its row image."""
-        size = wire.EVENT_HEADER_SIZE + len(self._source) + extra
-        return wire.EVENT_HEADER.pack, self._source, size, self.version
-
-    def _event(self, op: int, key: str | None, payload: bytes) -> bytes:
-        hashed = crc32(key.encode() if key is not None else payload)
+    def _event(self, op: int, key: bytes | None, payload: bytes) -> bytes:
+        hashed = crc32(key if key is not None else payload)
         size = wire.EVENT_HEADER_SIZE + len(self._source) + len(payload)
         head = wire.EVENT_HEADER.pack(size, hashed, op, len(self._source), self.version)
         return b"".join((head, self._source, payload))

@@ -20,17 +20,22 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from zlib import crc32
 
 from sluice.capture.binlog import constants as t
 from sluice.capture.binlog.tablemap import BinlogColumn
 from sluice.capture.binlog.values import ValueDecoder
+from sluice.core import wire
 from sluice.schemas.avro import key_formatter
 from sluice.schemas.columns import Column
 from sluice.schemas.encoder import SMALL_VARINTS, column_encoder, varint
 
 _SMALL_UNION = [b"\x02" + b for b in SMALL_VARINTS]
+# The low 14 bits of a longer varint (continuation bits set), bare and behind a union branch.
+_CONT14 = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(1 << 14)]
+_CONT14_UNION = [b"\x02" + b for b in _CONT14]
 
-Transcode = Callable[[bytes, int], tuple[bytes, "str | None", int]]
+Transcode = Callable[[bytes, int], tuple[bytes, "bytes | None", int]]
 
 _FIXED = {t.T_TINY: "b", t.T_SHORT: "h", t.T_LONG: "i", t.T_LONGLONG: "q", t.T_YEAR: "B"}
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
@@ -97,7 +102,13 @@ class _Generator:
     def __init__(self, plans: Sequence[ColumnPlan], key: Sequence[int]) -> None:
         self.plans = plans
         self.key = set(key)
-        self.env: dict[str, Any] = {"_S": SMALL_VARINTS, "_SU": _SMALL_UNION, "_V": varint}
+        self.env: dict[str, Any] = {
+            "_S": SMALL_VARINTS,
+            "_SU": _SMALL_UNION,
+            "_C": _CONT14,
+            "_CU": _CONT14_UNION,
+            "_V": varint,
+        }
 
     # -- one column ---------------------------------------------------------------------
     def column(self, i: int) -> list[str]:
@@ -159,12 +170,21 @@ class _Generator:
         """Column ``i``'s integer, unpacked into ``w<i>``, as a zigzag varint."""
         p = self.plans[i]
         value = f"(w{i} + 1900 if w{i} else 0)" if p.binlog.type == t.T_YEAR else f"w{i}"
-        table, prefix = ("_SU", 'b"\\x02" + ') if p.union else ("_S", "")
         zigzag = f"{value} << 1" if p.binlog.unsigned else f"({value} << 1) ^ ({value} >> 63)"
-        lines = [f"z = {zigzag}", f"@0 = {table}[z] if z < 16384 else {prefix}_V(z)"]
+        lines = [f"z = {zigzag}", f"@0 = {self._varint('z', p.union)}"]
         if i in self.key:
             lines.append(f"k{i} = {value}")
         return lines
+
+    @staticmethod
+    def _varint(z: str, union: bool) -> str:
+        """An expression for the LEB128 of ``z`` (>= 0), behind the union branch byte if
+        ``union``: table lookups inline up to 28 bits, the general function above."""
+        small, cont, prefix = ("_SU", "_CU", 'b"\\x02" + ') if union else ("_S", "_C", "")
+        return (
+            f"{small}[{z}] if {z} < 16384 else {cont}[{z} & 16383] + _S[{z} >> 14] "
+            f"if {z} < 268435456 else {prefix}_V({z})"
+        )
 
     def _copyable(self, p: ColumnPlan) -> bool:
         """Text stored as UTF-8 (copied without decoding) or variable-length bytes."""
@@ -177,8 +197,8 @@ class _Generator:
     def _copy(self, i: int, p: ColumnPlan, in_key: bool) -> list[str]:
         col = p.binlog
         width = col.length if col.type in t.BLOB_TYPES else 1 if col.length < 256 else 2
-        table, prefix = ("_SU", 'b"\\x02" + ') if p.union else ("_S", "")
-        if width == 1:
+        if width == 1:  # at most 255 bytes: a one- or two-byte length from the table
+            table = "_SU" if p.union else "_S"
             lines = [f"n = data[pos]; pos += 1; @0 = {table}[n << 1]"]
         else:
             read = (
@@ -188,7 +208,7 @@ class _Generator:
             )
             lines = [
                 f"n = {read}; pos += {width}; z = n << 1",
-                f"@0 = {table}[z] if z < 16384 else {prefix}_V(z)",
+                f"@0 = {self._varint('z', p.union)}",
             ]
         lines.append("@1 = data[pos : pos + n]; pos += n")
         if in_key:
@@ -243,7 +263,10 @@ class _Generator:
             "else:",
             "    h = u & 0x1FFFF",
             f"    x = d + ((h >> 12) * 3600 + (h >> 6 & 63) * 60 + (h & 63)) * 1000000{frac}",
-            '    @0 = b"\\x02"; @1 = _V((x << 1) ^ (x >> 63))',
+            "    z = (x << 1) ^ (x >> 63)",
+            # Micros since 1970 fit 56 bits until the year 3111: four table lookups.
+            "    @0 = b'\\x02'; @1 = _C[z & 16383] + _C[z >> 14 & 16383] + _C[z >> 28 & 16383]"
+            " + _S[z >> 42] if z < 72057594037927936 else _V(z)",
         ]
 
     def _timestamp2(self, fsp: int) -> list[str]:
@@ -330,40 +353,76 @@ class _Generator:
         return [line.replace("@0", f"p{first}").replace("@1", f"p{first + 1}") for line in lines]
 
     def key_expression(self, key: Sequence[int]) -> str:
+        """The key's canonical JSON (sorted, compact) as UTF-8 bytes: what the relay hashes."""
         if not key:
             return "None"
-        parts = []
+        fmt, args = b"", []
         for n, i in enumerate(sorted(key, key=lambda i: self.plans[i].schema.name)):
             col = self.plans[i].schema
-            prefix = ("," if n else "{") + json.dumps(col.name, ensure_ascii=False) + ":"
+            name = json.dumps(col.name, ensure_ascii=False).encode().replace(b"%", b"%%")
+            fmt += (b"," if n else b"{") + name + b":"
             if col.kind in ("int", "year", "bit"):
-                parts.append(f"{prefix!r} + str(k{i})")
+                fmt += b"%d"
+                args.append(f"k{i}")
             else:
                 self.env[f"_k{i}"] = key_formatter(col.kind)
-                parts.append(f"{prefix!r} + _k{i}(k{i})")
-        return " + ".join(parts) + ' + "}"'
+                fmt += b"%s"
+                args.append(f"_k{i}(k{i}).encode()")
+        return f"{fmt + b'}'!r} % ({', '.join(args)},)"
 
 
-def build_transcoder(plans: Sequence[ColumnPlan], key: Sequence[int]) -> Transcode:
-    """The row transcoder of one table map; ``key`` holds the primary key's column indexes."""
+@dataclass(frozen=True, slots=True)
+class Transcoder:
+    """``row(data, pos) -> (avro row, key bytes or None, pos)``; ``inserts(data, pos, end)``:
+    the wire events of a write-rows event's rows, framing inlined (the hottest loop)."""
+
+    row: Transcode
+    inserts: Callable[[bytes, int, int], list[bytes]]
+
+
+def build_transcoder(
+    plans: Sequence[ColumnPlan], key: Sequence[int], source: bytes, version: int
+) -> Transcoder:
+    """The transcoder of one table map; ``key`` holds the primary key's column indexes,
+    ``source`` and ``version`` go in every event header."""
     gen = _Generator(plans, key)
     count = len(plans)
     null_bytes, mask = (count + 7) // 8, (1 << count) - 1
-    key_text = gen.key_expression(key)
-    lines = [
-        "def row(data, pos):",
+    key_bytes = gen.key_expression(key)
+    head = [
         # The server may set the unused high bits of the last byte; only real columns count.
-        f"    nulls = int.from_bytes(data[pos : pos + {null_bytes}], 'little') & {mask}",
-        f"    pos += {null_bytes}",
-        "    if not nulls:",
+        f"nulls = int.from_bytes(data[pos : pos + {null_bytes}], 'little') & {mask}",
+        f"pos += {null_bytes}",
+        "if not nulls:",
     ]
-    for nullable in (False, True):
-        body, names = gen.body(nullable)
-        lines += [f"        {line}" for line in body]
-        joined = ", ".join(names) + ("," if len(names) == 1 else "")
-        lines.append(f"        return b''.join(({joined})), {key_text}, pos")
-        if not nullable:
-            lines.append("    else:")
-    exec("\n".join(lines), gen.env)
-    transcode: Transcode = gen.env["row"]
-    return transcode
+    variants = [gen.body(nullable) for nullable in (False, True)]
+
+    def function(signature: str, prologue: list[str], indent: str, emit: list[str]) -> list[str]:
+        lines = [signature, *prologue, *(indent + line for line in head)]
+        for n, (body, names) in enumerate(variants):
+            if n:
+                lines.append(f"{indent}else:")
+            lines += [f"{indent}    {line}" for line in body]
+            joined = ", ".join(names) + ("," if len(names) == 1 else "")
+            lines += [f"{indent}    {line.replace('PARTS', joined)}" for line in emit]
+        return lines
+
+    row = function(
+        "def row(data, pos):", [], "    ", [f"return b''.join((PARTS)), {key_bytes}, pos"]
+    )
+    fixed = wire.EVENT_HEADER_SIZE + len(source) + 2
+    gen.env.update(_pack=wire.EVENT_HEADER.pack, _crc=crc32, _SRC=source)
+    inserts = function(
+        "def inserts(data, pos, end):",
+        ["    out = []", "    add = out.append", "    while pos < end:"],
+        "        ",
+        [
+            "r = b''.join((PARTS))",
+            f"k = {key_bytes}",
+            "h = _crc(k) if k is not None else _crc(b'\\0\\2' + r)",
+            f"add(b''.join((_pack({fixed} + len(r), h, {ord('c')}, {len(source)}, {version}), "
+            "_SRC, b'\\0\\2', r)))",
+        ],
+    )
+    exec("\n".join([*row, *inserts, "    return out"]), gen.env)
+    return Transcoder(gen.env["row"], gen.env["inserts"])

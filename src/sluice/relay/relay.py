@@ -15,6 +15,7 @@ from sluice.core.buffer import EventBuffer
 from sluice.core.component import AsyncComponent
 from sluice.errors import SluiceError, WindowTooLarge
 from sluice.relay.config import RelayConfig
+from sluice.relay.handoff import Handoff
 from sluice.relay.server import make_app
 from sluice.relay.store import BufferStore
 from sluice.schemas import SchemaRegistry
@@ -40,7 +41,7 @@ class Relay(AsyncComponent):
         self._store: BufferStore | None = None
         self._capture: MySQLCapture | None = None
         self._runner: web.AppRunner | None = None
-        self._queue: asyncio.Queue[CapturedWindow] | None = None
+        self._queue: Handoff[CapturedWindow] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -61,7 +62,7 @@ class Relay(AsyncComponent):
             raise SluiceError("relay already started")
         self._started = True
         self._loop = asyncio.get_running_loop()
-        self._queue = asyncio.Queue(self.config.capture_queue)
+        self._queue = Handoff(self._loop, self.config.capture_queue)
         url = parse_source_url(self.config.source.get_secret_value())
         store = self._store = BufferStore(self.config.data_dir, self.config.buffer_size)
         capture = self._capture = MySQLCapture(
@@ -141,16 +142,8 @@ class Relay(AsyncComponent):
     # -- capture thread -> loop --------------------------------------------------------------
     def _sink(self, window: CapturedWindow) -> None:
         """Runs in the capture thread; blocks while the queue is full (backpressure)."""
-        assert self._loop is not None and self._queue is not None
-        future = asyncio.run_coroutine_threadsafe(self._queue.put(window), self._loop)
-        while True:
-            try:
-                future.result(timeout=0.5)
-                return
-            except TimeoutError:
-                if self.stopping:
-                    future.cancel()
-                    raise SluiceError("relay stopping") from None
+        assert self._queue is not None
+        self._queue.put(window, lambda: self.stopping)
 
     def _on_fatal(self, error: SluiceError) -> None:
         assert self._loop is not None
@@ -162,18 +155,18 @@ class Relay(AsyncComponent):
     async def _ingest(self) -> None:
         assert self._queue is not None
         while True:
-            window = await self._queue.get()
-            buffer = self.buffer
-            if window.scn <= buffer.max_scn:
-                continue  # replayed after a restart: already held
-            try:
-                buffer.append(window.scn, window.ts_ms, window.events)
-            except WindowTooLarge as exc:
-                log.error("capture stopped: %s", exc)
-                self.capture_error = exc
-                if self._capture is not None:
-                    await asyncio.to_thread(self._capture.stop)
-                return
+            for window in await self._queue.get_all():
+                buffer = self.buffer
+                if window.scn <= buffer.max_scn:
+                    continue  # replayed after a restart: already held
+                try:
+                    buffer.append(window.scn, window.ts_ms, window.events)
+                except WindowTooLarge as exc:
+                    log.error("capture stopped: %s", exc)
+                    self.capture_error = exc
+                    if self._capture is not None:
+                        await asyncio.to_thread(self._capture.stop)
+                    return
             self._dirty.set()
             self._wake_streams()
 

@@ -6,6 +6,7 @@ import json
 import logging
 import mmap
 import os
+import threading
 from pathlib import Path
 
 from sluice.core.buffer import EventBuffer
@@ -38,6 +39,9 @@ class BufferStore:
                 f"cannot map the event buffer {path} ({size} bytes): {exc}; "
                 "check --data-dir and --buffer-size"
             ) from None
+        # persist() runs in a worker thread; stop() persists once more and closes. One at a
+        # time: a cancelled task's thread may still be flushing when stop() gets here.
+        self._lock = threading.Lock()
         self.buffer = EventBuffer(self._mmap)
         self.restored = existed and self.buffer.restore()
         if existed and not self.restored:
@@ -56,11 +60,15 @@ class BufferStore:
 
     def persist(self, max_scn: int) -> None:
         """Flush the buffer's pages, then record ``max_scn`` (temp, fsync, rename)."""
-        self._mmap.flush()
-        write_atomically(self.data_dir / STATE_FILE, json.dumps({"max_scn": max_scn}))
+        with self._lock:
+            if self._mmap.closed:
+                return
+            self._mmap.flush()
+            write_atomically(self.data_dir / STATE_FILE, json.dumps({"max_scn": max_scn}))
 
     def close(self) -> None:
-        if not self._mmap.closed:
-            self._mmap.flush()
-            self._mmap.close()
-            os.close(self._fd)
+        with self._lock:
+            if not self._mmap.closed:
+                self._mmap.flush()
+                self._mmap.close()
+                os.close(self._fd)
