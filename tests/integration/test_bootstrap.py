@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -290,3 +292,41 @@ def test_bootstrap_job_errors_are_sentences(tmp_path: Path) -> None:
     assert str(spark_failure("the stream failed", Exception(worker_trace))) == (
         "the stream failed: no relay answered: boom"
     )
+
+
+def test_consumer_waits_while_the_bootstrap_log_lags_the_relay(
+    pipeline: dict[str, Any], source_conn: pymysql.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The relay moves past the bootstrap log's end (its job is down): a consumer that caught
+    up from the log and is refused by the relay waits a second per round (no busy loop) and
+    keeps its place. Last in the module: the job cannot resume after this."""
+    relay, server = pipeline["relay"], pipeline["server"]
+    log_end = get_json(server.url + "/stats")["max_scn"]
+    for n in range(6, 9):  # no job run: the relay evicts windows the log does not hold
+        _batch(source_conn, n * 100, 100)
+        wait_relay_caught_up(relay.url, source_conn)
+    assert get_json(relay.url + "/stats")["min_scn"] > log_end
+
+    replica, store = ReplicaConsumer(), RecordingStore(Online(pipeline["start"]))
+    client = Client(ClientConfig(relays=(relay.url,), bootstrap=server.url), replica, store)
+    thread = threading.Thread(target=client.run, daemon=True)
+    thread.start()
+    lag_rounds: list[float] = []  # when each round back to the log's end began
+    try:
+        deadline = time.monotonic() + 60
+        while len(lag_rounds) < 3:
+            assert time.monotonic() < deadline, store.history[-5:]
+            assert thread.is_alive()
+            count = sum(1 for c in list(store.history) if c == CatchUp(log_end))
+            if count > len(lag_rounds):
+                lag_rounds.append(time.monotonic())
+            time.sleep(0.01)
+    finally:
+        client.stop()
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    # Rounds a second apart (a busy loop would make hundreds a second); nothing lost.
+    assert lag_rounds[2] - lag_rounds[0] > 1.5
+    assert client.checkpoint.scn == log_end
+    warnings = [r for r in caplog.records if "waiting for the bootstrap job" in r.getMessage()]
+    assert len(warnings) == 1  # said once, not once a second

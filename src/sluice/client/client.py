@@ -94,6 +94,7 @@ class AsyncClient:
         self._connections: list[RelayConnection] = []
         self._bootstrap: RelayConnection | None = None
         self._caught_up_at = -1
+        self._lag_warned = -1
 
     @property
     def scn(self) -> int:
@@ -200,6 +201,14 @@ class AsyncClient:
             if self.scn == self._caught_up_at:
                 # Back from catch-up, and the relay still does not reach down to us: the
                 # bootstrap log lags the relay's oldest SCN. Wait instead of spinning.
+                if self._lag_warned != self.scn:
+                    self._lag_warned = self.scn
+                    log.warning(
+                        "the bootstrap log ends at SCN %d, before the oldest SCN the relays "
+                        "hold: waiting for the bootstrap job to catch up (is `sluice bootstrap "
+                        "run` running, and is the relay's buffer large enough for it?)",
+                        self.scn,
+                    )
                 await self._sleep(1.0)
             else:
                 log.info(
