@@ -15,6 +15,7 @@ from typing import Any
 
 import pymysql
 
+from sluice.capture.binlog.protocol import open_connection
 from sluice.errors import SluiceError
 
 _SEARCH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
@@ -58,7 +59,8 @@ class PrivateMariaDB:
         return f"mysql://root@127.0.0.1:{self.port}"
 
     def connect(self, database: str | None = None, **kwargs: Any) -> pymysql.Connection[Any]:
-        return pymysql.connect(
+        # Capture's connector: one TLS context per process, not one per connection.
+        return open_connection(
             host="127.0.0.1",
             port=self.port,
             user="root",
