@@ -40,7 +40,9 @@ def _lookup(codec: RowCodec) -> Any:
 
 def _fastavro_values(codec: RowCodec, payload: bytes) -> tuple[Any, Any, Any]:
     """The reference: fastavro's reader, then each column's JSON mapping."""
-    record = fastavro.schemaless_reader(io.BytesIO(payload), codec._parsed, None)
+    record = fastavro.schemaless_reader(
+        io.BytesIO(payload), fastavro.parse_schema(codec.envelope_schema()), None
+    )
     assert isinstance(record, dict)
     fields = codec.schema.to_avro()["fields"]
 

@@ -22,7 +22,9 @@ def _fastavro_bytes(codec: RowCodec, before: Any, after: Any) -> bytes:
 
     out = io.BytesIO()
     fastavro.schemaless_writer(
-        out, codec._parsed, {"before": record(before), "after": record(after)}
+        out,
+        fastavro.parse_schema(codec.envelope_schema()),
+        {"before": record(before), "after": record(after)},
     )
     return out.getvalue()
 

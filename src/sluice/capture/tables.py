@@ -137,10 +137,10 @@ class TableDecoder:
         """Encoded wire events for a rows event body (the table map already matched)."""
         _, pos = self._rows(event_type, body)
         row, end = self._row, len(body)
-        out: list[bytes] = []
-        add = out.append
         if event_type in t.WRITE_ROWS:
             return self._inserts(body, pos, end)
+        out: list[bytes] = []
+        add = out.append
         if event_type in t.DELETE_ROWS:
             while pos < end:
                 before, key, pos = row(body, pos)

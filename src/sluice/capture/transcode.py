@@ -4,17 +4,17 @@ Most columns never become Python values: integers go from one ``struct`` unpack 
 fixed-width run to a zigzag varint, UTF-8 text and blobs are copied with a new length prefix,
 DOUBLE is copied as is (both formats are little-endian IEEE), DECIMAL goes from MySQL's
 digit groups to an unscaled integer, and dates come from a small cache keyed by the packed
-date. Only primary-key columns produce values (for the key text). Columns without a fast
+date. Only primary-key columns produce values (for the key bytes). Columns without a fast
 form decode to canonical values and go through the schema's column encoder, so both paths
 give the same bytes; ``TableDecoder.reference_events`` is the slow path the tests compare to.
 
-The generated function is ``row(data, pos) -> (avro_row, key_text, pos)``. A row without
-NULLs (the common case) takes a variant without per-column NULL checks.
+The generated functions are ``row(data, pos) -> (avro_row, key_bytes, pos)`` and, for
+write-rows events, ``inserts(data, pos, end) -> wire events`` (the loop and the framing in
+one function). A row without NULLs (the common case) takes a variant without NULL checks.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import struct
 from collections.abc import Callable, Sequence
@@ -24,23 +24,19 @@ from zlib import crc32
 
 from sluice.capture.binlog import constants as t
 from sluice.capture.binlog.tablemap import BinlogColumn
-from sluice.capture.binlog.values import ValueDecoder
+from sluice.capture.binlog.values import ValueDecoder, days_since_epoch
 from sluice.core import wire
 from sluice.schemas.avro import key_formatter
 from sluice.schemas.columns import Column
-from sluice.schemas.encoder import SMALL_VARINTS, column_encoder, varint
+from sluice.schemas.encoder import CONT14_VARINTS, SMALL_VARINTS, column_encoder, varint
 
 _SMALL_UNION = [b"\x02" + b for b in SMALL_VARINTS]
-# The low 14 bits of a longer varint (continuation bits set), bare and behind a union branch.
-_CONT14 = [bytes([(n & 0x7F) | 0x80, (n >> 7) | 0x80]) for n in range(1 << 14)]
-_CONT14_UNION = [b"\x02" + b for b in _CONT14]
+_CONT14_UNION = [b"\x02" + b for b in CONT14_VARINTS]
 
 Transcode = Callable[[bytes, int], tuple[bytes, "bytes | None", int]]
 
 _FIXED = {t.T_TINY: "b", t.T_SHORT: "h", t.T_LONG: "i", t.T_LONGLONG: "q", t.T_YEAR: "B"}
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
-_EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
-_INT_KINDS = ("int", "year", "bit", "time", "date", "datetime", "timestamp")
 _TEXT_TYPES = (t.T_VARCHAR, t.T_VAR_STRING, t.T_STRING, *t.BLOB_TYPES)
 _CACHE_LIMIT = 1 << 16
 
@@ -56,19 +52,12 @@ class ColumnPlan:
     union: bool  # the Avro type is ["null", ...]: values carry a branch byte
 
 
-def _days(year: int, month: int, day: int) -> int | None:
-    try:
-        return dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL
-    except ValueError:
-        return None  # a zero date, or a zero in a date part
-
-
 def _date_cache() -> tuple[dict[int, bytes], Callable[[int], bytes]]:
     """Avro bytes (union branch included) of a packed DATE, cached: tables hold few dates."""
     cache: dict[int, bytes] = {}
 
     def miss(packed: int) -> bytes:
-        days = _days(packed >> 9, (packed >> 5) & 15, packed & 31)
+        days = days_since_epoch(packed >> 9, (packed >> 5) & 15, packed & 31)
         out = b"\x00" if days is None else b"\x02" + varint((days << 1) ^ (days >> 63))
         if len(cache) >= _CACHE_LIMIT:
             cache.clear()
@@ -84,7 +73,7 @@ def _day_micros_cache() -> tuple[dict[int, int | None], Callable[[int], int | No
 
     def miss(ymd: int) -> int | None:
         ym = ymd >> 5
-        days = _days(ym // 13, ym % 13, ymd % 32)
+        days = days_since_epoch(ym // 13, ym % 13, ymd % 32)
         out = None if days is None else days * 86_400_000_000
         if len(cache) >= _CACHE_LIMIT:
             cache.clear()
@@ -105,7 +94,7 @@ class _Generator:
         self.env: dict[str, Any] = {
             "_S": SMALL_VARINTS,
             "_SU": _SMALL_UNION,
-            "_C": _CONT14,
+            "_C": CONT14_VARINTS,
             "_CU": _CONT14_UNION,
             "_V": varint,
         }

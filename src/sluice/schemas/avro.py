@@ -7,8 +7,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import fastavro
-
 from sluice.errors import SchemaError
 from sluice.schemas.columns import Column, avro_name, canonical_converter
 from sluice.schemas.decoder import envelope_text, envelope_values, row_end
@@ -99,7 +97,6 @@ class RowCodec:
     """Encodes and decodes the payload of one schema version: ``{before, after}``."""
 
     schema: TableSchema
-    _parsed: Any = field(init=False)
     _key_text: list[tuple[int, str, Callable[[Any], str]]] = field(init=False)
     _encode: Callable[[Sequence[Any] | None, Sequence[Any] | None], bytes] = field(init=False)
     _text: dict[bool, Callable[[bytes], tuple[str, str, str]]] = field(
@@ -109,17 +106,6 @@ class RowCodec:
     _row_end: Callable[[bytes, int], int] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        row = self.schema.to_avro()
-        envelope = {
-            "type": "record",
-            "name": "Envelope",
-            "namespace": row["namespace"],
-            "fields": [
-                {"name": "before", "type": ["null", row]},
-                {"name": "after", "type": ["null", "Row"]},
-            ],
-        }
-        self._parsed = fastavro.parse_schema(envelope)
         index = {col.name: i for i, col in enumerate(self.schema.columns)}
         self._key_text = [
             (
@@ -131,6 +117,19 @@ class RowCodec:
         ]
         self._encode = envelope_encoder(self.schema.columns)
         self._values = envelope_values(self.schema.columns, self.schema.primary_key)
+
+    def envelope_schema(self) -> dict[str, Any]:
+        """The Avro schema of a payload, ``{before, after}``: what any Avro reader needs."""
+        row = self.schema.to_avro()
+        return {
+            "type": "record",
+            "name": "Envelope",
+            "namespace": row["namespace"],
+            "fields": [
+                {"name": "before", "type": ["null", row]},
+                {"name": "after", "type": ["null", "Row"]},
+            ],
+        }
 
     def encode(self, before: Sequence[Any] | None, after: Sequence[Any] | None) -> bytes:
         """Encode canonical row values (in column order) as Avro binary."""

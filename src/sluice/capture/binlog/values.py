@@ -105,10 +105,11 @@ def _decimal(precision: int, scale: int) -> ValueDecoder:
 
 def _date(data: bytes, pos: int) -> tuple[Any, int]:
     value = int.from_bytes(data[pos : pos + 3], "little")
-    return _days(value >> 9, (value >> 5) & 15, value & 31), pos + 3
+    return days_since_epoch(value >> 9, (value >> 5) & 15, value & 31), pos + 3
 
 
-def _days(year: int, month: int, day: int) -> int | None:
+def days_since_epoch(year: int, month: int, day: int) -> int | None:
+    """Days since 1970-01-01, or None for MySQL's zero dates (a zero in any part)."""
     try:
         return dt.date(year, month, day).toordinal() - _EPOCH_ORDINAL
     except ValueError:
@@ -130,7 +131,7 @@ def _datetime2(fsp: int) -> ValueDecoder:
         micros, end = _frac(data, pos + 5, fsp)
         ymd, hms = packed >> 17, packed % (1 << 17)
         ym = ymd >> 5
-        days = _days(ym // 13, ym % 13, ymd % 32)
+        days = days_since_epoch(ym // 13, ym % 13, ymd % 32)
         if days is None:
             return None, end
         seconds = (hms >> 12) * 3600 + ((hms >> 6) % 64) * 60 + hms % 64
@@ -183,7 +184,7 @@ def _old_timestamp(data: bytes, pos: int) -> tuple[Any, int]:
 def _old_datetime(data: bytes, pos: int) -> tuple[Any, int]:
     value = int.from_bytes(data[pos : pos + 8], "little")
     date_part, time_part = divmod(value, 1_000_000)
-    days = _days(date_part // 10000, (date_part // 100) % 100, date_part % 100)
+    days = days_since_epoch(date_part // 10000, (date_part // 100) % 100, date_part % 100)
     if days is None:
         return None, pos + 8
     seconds = (time_part // 10000) * 3600 + ((time_part // 100) % 100) * 60 + time_part % 100
