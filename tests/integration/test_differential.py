@@ -25,6 +25,7 @@ from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
 from sluice.capture.binlog.values import shortest_float32
 from sluice.capture.metadata import end_scn
 from sluice.capture.tables import TableDecoder
+from sluice.core.event import Event
 from sluice.core.scn import scn_position
 from sluice.core.wire import encode_window
 from sluice.schemas import SchemaRegistry
@@ -141,6 +142,32 @@ def _check_against_reference(
     return mismatches, checked_counts
 
 
+def _capture(
+    mariadb: PrivateMariaDB, sources: tuple[str, ...], start: int, stop: int
+) -> tuple[list[CapturedWindow], SchemaRegistry]:
+    """Capture ``sources`` over (start, stop]: the windows and the schemas they use."""
+    registry, windows, done = SchemaRegistry(), [], threading.Event()
+
+    def sink(window: CapturedWindow) -> None:
+        windows.append(window)
+        if window.scn >= stop:
+            done.set()
+
+    capture = MySQLCapture(parse_source_url(mariadb.url).params(), sources, registry, sink)
+    capture.start(start)
+    assert done.wait(120)
+    capture.stop()
+    return windows, registry
+
+
+def _events(windows: list[CapturedWindow], registry: SchemaRegistry) -> list[Event]:
+    return [
+        e
+        for w in windows
+        for e in decode_window(encode_window(w.scn, 0, w.ts_ms, w.events), registry.codec).events
+    ]
+
+
 def test_decoders_agree_on_randomized_rows_of_every_type(
     mariadb: PrivateMariaDB, database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -154,23 +181,9 @@ def test_decoders_agree_on_randomized_rows_of_every_type(
     stop = end_scn(conn)
     conn.close()
 
-    registry, windows, done = SchemaRegistry(), [], threading.Event()
-
-    def sink(window: CapturedWindow) -> None:
-        windows.append(window)
-        if window.scn >= stop:
-            done.set()
-
     source = f"{database}.alltypes"
-    capture = MySQLCapture(parse_source_url(mariadb.url).params(), (source,), registry, sink)
-    capture.start(start)
-    assert done.wait(120)
-    capture.stop()
-    ours = [
-        e
-        for w in windows
-        for e in decode_window(encode_window(w.scn, 0, w.ts_ms, w.events), registry.codec).events
-    ]
+    windows, registry = _capture(mariadb, (source,), start, stop)
+    ours = _events(windows, registry)
     kinds = {c.name: c.kind for c in registry.versions(source)[-1].columns}
     # The client's Avro -> JSON text path (sluice tail) writes what the event path writes.
     encoder = json.JSONEncoder(ensure_ascii=False)
@@ -260,29 +273,8 @@ def test_keys_of_every_kind_match_the_value_path(
     stop = end_scn(conn)
     conn.close()
 
-    windows: list[CapturedWindow] = []
-    done = threading.Event()
-
-    def sink(window: CapturedWindow) -> None:
-        windows.append(window)
-        if window.scn >= stop:
-            done.set()
-
-    registry = SchemaRegistry()
-    capture = MySQLCapture(
-        parse_source_url(mariadb.url).params(),
-        (f"{database}.keyed", f"{database}.nokey"),
-        registry,
-        sink,
-    )
-    capture.start(start)
-    assert done.wait(120)
-    capture.stop()
-    events = [
-        e
-        for w in windows
-        for e in decode_window(encode_window(w.scn, 0, w.ts_ms, w.events), registry.codec).events
-    ]
+    windows, registry = _capture(mariadb, (f"{database}.keyed", f"{database}.nokey"), start, stop)
+    events = _events(windows, registry)
     assert mismatches == []
     assert sum(checked) == len(events)
     assert "".join(e.op for e in events if e.source.endswith(".nokey")) == "ccccccuud"
