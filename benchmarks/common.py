@@ -14,6 +14,20 @@ from sluice.core.scn import scn_position
 
 RESULTS = Path(__file__).parent / "results"
 
+# The 5-column table of the serving and Spark benchmarks, filled 1,000 rows per statement.
+SMALL_TABLE_DDL = (
+    "CREATE TABLE bench.t (id INT PRIMARY KEY, a INT, b VARCHAR(40), c DECIMAL(10,2), d DATETIME)"
+)
+SMALL_TABLE_ROWS = (
+    "INSERT INTO bench.t SELECT seq + {off}, seq, CONCAT('name-', seq), seq / 100, "
+    "'2024-01-02 03:04:05' FROM seq_1_to_{n}"
+)
+
+
+def fill_small_table(cur: Any, events: int) -> None:
+    for off in range(0, events, 1000):
+        cur.execute(SMALL_TABLE_ROWS.format(off=off, n=1000))
+
 
 def machine() -> dict[str, Any]:
     return {

@@ -20,17 +20,12 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.common import binlog_reader, table, write_results
+from benchmarks.common import SMALL_TABLE_DDL, binlog_reader, fill_small_table, table, write_results
 from sluice.capture.metadata import end_scn
 from sluice.core.buffer import EventBuffer
 from sluice.core.wire import FrameParser, Heartbeat, read_window_header
 from sluice.relay.store import BUFFER_FILE
 from sluice.testing import PrivateMariaDB, RelayProcess
-
-ROWS_SQL = (
-    "INSERT INTO bench.t SELECT seq + {off}, seq, CONCAT('name-', seq), seq / 100, "
-    "'2024-01-02 03:04:05' FROM seq_1_to_{n}"
-)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -154,14 +149,10 @@ def run(events: int = 200_000, rounds: int = 3) -> dict[str, Any]:
         conn = db.connect()
         with conn.cursor() as cur:
             cur.execute("CREATE DATABASE bench")
-            cur.execute(
-                "CREATE TABLE bench.t (id INT PRIMARY KEY, a INT, b VARCHAR(40), "
-                "c DECIMAL(10,2), d DATETIME)"
-            )
+            cur.execute(SMALL_TABLE_DDL)
             start = end_scn(conn)
             cur.execute("USE bench")
-            for off in range(0, events, 1000):
-                cur.execute(ROWS_SQL.format(off=off, n=1000))
+            fill_small_table(cur, events)
 
         def relay_args(data_dir: Path) -> list[str]:
             return [

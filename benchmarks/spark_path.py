@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from benchmarks.common import table, write_results
+from benchmarks.common import SMALL_TABLE_DDL, fill_small_table, table, write_results
 from sluice.bootstrap.fold import LOG_DDL, fold
 from sluice.bootstrap.job import spark_session
 from sluice.bootstrap.server import BootstrapServer
@@ -25,11 +25,6 @@ from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.spark import register
 from sluice.testing import PrivateMariaDB, RelayThread, ServiceThread
 
-ROWS_SQL = (
-    "INSERT INTO bench.t SELECT seq + {off}, seq, CONCAT('name-', seq), seq / 100, "
-    "'2024-01-02 03:04:05' FROM seq_1_to_{n}"
-)
-
 
 def _timed(action: Any) -> float:
     began = time.perf_counter()
@@ -37,41 +32,29 @@ def _timed(action: Any) -> float:
     return time.perf_counter() - began
 
 
-def _relay_to_parquet(spark: Any, relay: str, out: str, arrow: bool) -> float:
-    def run() -> None:
-        (
-            spark.readStream.format("sluice")
-            .option("relay", relay)
-            .option("arrow", str(arrow).lower())
-            .option("partitions", "2")
-            .load()
-            .writeStream.format("parquet")
+def _to_parquet(stream: Any, out: str) -> float:
+    """Seconds to drain a streaming DataFrame into Parquet (availableNow)."""
+    return _timed(
+        lambda: (
+            stream.writeStream.format("parquet")
             .option("path", f"{out}/data")
             .option("checkpointLocation", f"{out}/ckpt")
             .trigger(availableNow=True)
             .start()
             .awaitTermination()
         )
+    )
 
-    return _timed(run)
+
+def _relay_to_parquet(spark: Any, relay: str, out: str, arrow: bool) -> float:
+    reader = spark.readStream.format("sluice").option("relay", relay)
+    stream = reader.option("arrow", str(arrow).lower()).option("partitions", "2").load()
+    return _to_parquet(stream, out)
 
 
 def _parquet_to_parquet(spark: Any, source: str, out: str) -> float:
     schema = spark.read.parquet(source).schema
-
-    def run() -> None:
-        (
-            spark.readStream.schema(schema)
-            .parquet(source)
-            .writeStream.format("parquet")
-            .option("path", f"{out}/data")
-            .option("checkpointLocation", f"{out}/ckpt")
-            .trigger(availableNow=True)
-            .start()
-            .awaitTermination()
-        )
-
-    return _timed(run)
+    return _to_parquet(spark.readStream.schema(schema).parquet(source), out)
 
 
 def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
@@ -79,10 +62,7 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
         conn = db.connect()
         with conn.cursor() as cur:
             cur.execute("CREATE DATABASE bench")
-            cur.execute(
-                "CREATE TABLE bench.t (id INT PRIMARY KEY, a INT, b VARCHAR(40), "
-                "c DECIMAL(10,2), d DATETIME)"
-            )
+            cur.execute(SMALL_TABLE_DDL)
         config = RelayConfig(
             source=SecretStr(db.url),
             tables=["bench.t"],
@@ -92,8 +72,7 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
         )
         with RelayThread(config) as relay, conn.cursor() as cur:
             cur.execute("USE bench")
-            for off in range(0, events, 1000):
-                cur.execute(ROWS_SQL.format(off=off, n=1000))
+            fill_small_table(cur, events)
             target = end_scn(conn)
             while json.loads(_get(relay.url, "/stats"))["capture"]["last_scn"] < target:
                 time.sleep(0.2)

@@ -50,7 +50,7 @@ def test_codec_roundtrip_matches_json_mapping(
     before: tuple[Any, ...] | None, after: tuple[Any, ...]
 ) -> None:
     codec = RowCodec(SCHEMA)
-    got_before, got_after = codec.decode(codec.encode(before, after))
+    key, got_before, got_after = codec.decode_event(codec.encode(before, after))
 
     def expected(row: tuple[Any, ...] | None) -> dict[str, Any] | None:
         if row is None:
@@ -61,7 +61,7 @@ def test_codec_roundtrip_matches_json_mapping(
         }
 
     assert got_before == expected(before) and got_after == expected(after)
-    assert codec.key_of(got_after) == {"id": after[0]}
+    assert key == {"id": after[0]}
 
 
 def test_json_mapping_examples() -> None:

@@ -28,9 +28,14 @@ from sluice.capture.binlog.values import ValueDecoder, days_since_epoch
 from sluice.core import wire
 from sluice.schemas.avro import key_formatter
 from sluice.schemas.columns import Column
-from sluice.schemas.encoder import CONT14_VARINTS, SMALL_VARINTS, column_encoder, varint
+from sluice.schemas.encoder import (
+    CONT14_VARINTS,
+    SMALL_UNION_VARINTS,
+    SMALL_VARINTS,
+    column_encoder,
+    varint,
+)
 
-_SMALL_UNION = [b"\x02" + b for b in SMALL_VARINTS]
 _CONT14_UNION = [b"\x02" + b for b in CONT14_VARINTS]
 
 Transcode = Callable[[bytes, int], tuple[bytes, "bytes | None", int]]
@@ -93,7 +98,7 @@ class _Generator:
         self.key = set(key)
         self.env: dict[str, Any] = {
             "_S": SMALL_VARINTS,
-            "_SU": _SMALL_UNION,
+            "_SU": SMALL_UNION_VARINTS,
             "_C": CONT14_VARINTS,
             "_CU": _CONT14_UNION,
             "_V": varint,

@@ -170,8 +170,3 @@ class RowCodec:
         if payload[end]:  # an after image: keep it as is
             return b"\x00" + payload[end:]
         return b"\x00\x02" + payload[1:end]  # a delete: its before image becomes the row
-
-    def key_of(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
-        if row is None or not self.schema.primary_key:
-            return None
-        return {name: row[name] for name in self.schema.primary_key}

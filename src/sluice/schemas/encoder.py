@@ -105,6 +105,7 @@ def column_encoder(col: Column) -> Encode:
 _INT_KINDS = ("int", "year", "bit", "time", "date", "datetime", "timestamp")
 _SMALL_UNION = [b"\x02" + b for b in _SMALL]
 SMALL_VARINTS = _SMALL  # LEB128 of every n < 2**14
+SMALL_UNION_VARINTS = _SMALL_UNION  # the same behind a union's non-null branch byte
 CONT14_VARINTS = _CONT14  # the low 14 bits of a longer LEB128 (continuation bits set)
 
 
