@@ -1,8 +1,12 @@
-"""Folding the change log into a snapshot per source (latest row per key, deletes removed).
+"""Folding the change log (and seeded rows) into a snapshot per source: the newest row per key
+by SCN, deletes removed.
 
-A snapshot generation is consistent at one SCN for every source, so catch-up from that SCN
-never hands a consumer an older row state after a newer one. Incremental: the new generation
-folds the previous one with the log after its SCN.
+A snapshot generation is published at one SCN for every source: catch-up from that SCN gives
+every change the generation may lack. Incremental: the new generation folds the previous one
+with the log after its SCN. A source with a new seed generation is folded from its seeded rows
+(each stamped with its chunk's SCN) and every logged change after the seed's oldest chunk, and
+its rows in the previous generation are dropped: that is exact when the log covers every SCN
+after the oldest chunk, which ``check_coverage`` makes sure of.
 """
 
 from __future__ import annotations
@@ -11,34 +15,108 @@ import logging
 import time
 from typing import Any
 
-from pyspark.sql import Window
+from pyspark.sql import Column, Window
 from pyspark.sql import functions as F  # noqa: N812
 
+from sluice.bootstrap.seed.records import Seeded, SeedRecords
 from sluice.bootstrap.store import BootstrapStore
+from sluice.errors import ConfigError
 from sluice.spark.rows import GENERIC_DDL, RAW_DDL
 
 log = logging.getLogger(__name__)
 LOG_DDL = GENERIC_DDL + RAW_DDL + ", log_file long"
 SNAPSHOT_COLUMNS = ("source", "key", "key_hash", "scn", "seq", "schema_version", "payload", "after")
+SNAPSHOT_DDL = (
+    "source string, key string, key_hash long, scn long, seq int, schema_version int, "
+    "payload binary, after string"
+)
+
+
+def check_coverage(store: BootstrapStore, seeded: Seeded) -> None:
+    """Refuse seeded rows older than the log: changes between them and the log's start are in
+    neither, so a snapshot built from them could be stale."""
+    start = store.meta().log_start_scn
+    if seeded.min_scn < start:
+        raise ConfigError(
+            f"seeded rows of {seeded.source} are at SCN {seeded.min_scn}, older than this "
+            f"store's log (it starts after SCN {start}): the changes in between are in neither; "
+            "seed again now (the new chunks will be newer than the log's start)",
+            source=seeded.source,
+        )
 
 
 def fold(spark: Any, store: BootstrapStore, *, full: bool = False) -> int | None:
-    """Publish a new snapshot generation; returns its SCN (None if the log is empty)."""
-    if not store.has_log():
-        return store.current_snapshot()
+    """Publish a new snapshot generation; returns its SCN (None if there is nothing yet)."""
     started = time.monotonic()
-    changes = spark.read.schema(LOG_DDL).parquet(store.spark_path("log"))
-    newest = changes.agg(F.max("scn")).first()[0]
-    previous = None if full else store.current_snapshot()
-    if newest is None or (previous is not None and newest <= previous):
+    meta = store.meta()
+    current = store.current()
+    previous = None if full or current is None else int(current["scn"])
+    done_seeds: dict[str, int] = {} if full or current is None else dict(current["seeds"])
+    seeds = SeedRecords(store).all_seeded(meta.sources)
+    fresh = {s: r for s, r in seeds.items() if done_seeds.get(s) != r.generation}
+    for seeded in fresh.values():
+        check_coverage(store, seeded)
+    changes = (
+        spark.read.schema(LOG_DDL).parquet(store.spark_path("log")) if store.has_log() else None
+    )
+    newest = max(meta.log_start_scn, _max_scn(changes) if changes is not None else 0)
+    if previous is not None and newest <= previous:
+        if fresh:
+            log.info(
+                "seeded rows of %s wait for the log to move past SCN %d",
+                ", ".join(sorted(fresh)),
+                previous,
+            )
         return previous
-    changes = changes.where((F.col("scn") <= newest) & F.col("key").isNotNull())
-    if previous is not None:
-        changes = changes.where((F.col("log_file") >= previous >> 32) & (F.col("scn") > previous))
-    rows = changes.select(*SNAPSHOT_COLUMNS, "op")
+    if changes is None and not fresh and previous is None:
+        return None
+    parts = []
+    if changes is not None:
+        window = _log_window(previous, fresh)
+        rows = changes.where((F.col("scn") <= newest) & F.col("key").isNotNull() & window)
+        parts.append(rows.select(*SNAPSHOT_COLUMNS, "op"))
     if previous is not None:
         base = spark.read.parquet(store.spark_path(store.snapshot_dir(previous)))
-        rows = rows.unionByName(base.select(*SNAPSHOT_COLUMNS).withColumn("op", F.lit("r")))
+        if fresh:
+            base = base.where(~F.col("source").isin(list(fresh)))
+        parts.append(base.select(*SNAPSHOT_COLUMNS).withColumn("op", F.lit("r")))
+    records = SeedRecords(store)
+    for seeded in fresh.values():
+        paths = records.chunk_paths(seeded)
+        seeded_rows = spark.read.schema(SNAPSHOT_DDL).parquet(*paths)
+        parts.append(seeded_rows.select(*SNAPSHOT_COLUMNS).withColumn("op", F.lit("r")))
+    _write(parts, store.spark_path(store.snapshot_dir(newest)))
+    store.publish(newest, {**done_seeds, **{s: r.generation for s, r in fresh.items()}})
+    log.info(
+        "snapshot at SCN %d published in %.1f s (%s%s)",
+        newest,
+        time.monotonic() - started,
+        "full fold" if previous is None else f"incremental from {previous}",
+        f"; seeded: {', '.join(sorted(fresh))}" if fresh else "",
+    )
+    return int(newest)
+
+
+def _max_scn(changes: Any) -> int:
+    newest = changes.agg(F.max("scn")).first()[0]
+    return int(newest or 0)
+
+
+def _log_window(previous: int | None, fresh: dict[str, Seeded]) -> Column:
+    """Which logged changes the new generation needs: after the previous generation, and for
+    a freshly seeded source everything after its oldest chunk."""
+    stale = F.lit(True) if previous is None else F.col("scn") > previous
+    lowest = min([previous or 0, *(r.min_scn for r in fresh.values())])
+    condition = (~F.col("source").isin(list(fresh)) & stale) if fresh else stale
+    for source, seeded in fresh.items():
+        condition = condition | ((F.col("source") == source) & (F.col("scn") > seeded.min_scn))
+    return (F.col("log_file") >= lowest >> 32) & condition
+
+
+def _write(parts: list[Any], path: str) -> None:
+    rows = parts[0]
+    for part in parts[1:]:
+        rows = rows.unionByName(part)
     latest = Window.partitionBy("source", "key").orderBy(F.col("scn").desc(), F.col("seq").desc())
     snapshot = (
         rows.withColumn("_rank", F.row_number().over(latest))
@@ -50,13 +128,5 @@ def fold(spark: Any, store: BootstrapStore, *, full: bool = False) -> int | None
         .sortWithinPartitions("key")
         .write.mode("overwrite")
         .partitionBy("source")
-        .parquet(store.spark_path(store.snapshot_dir(newest)))
+        .parquet(path)
     )
-    store.publish(newest)
-    log.info(
-        "snapshot at SCN %d published in %.1f s (%s)",
-        newest,
-        time.monotonic() - started,
-        "full fold" if previous is None else f"incremental from {previous}",
-    )
-    return int(newest)

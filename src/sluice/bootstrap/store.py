@@ -8,6 +8,7 @@ STORE/snapshots/scn=N/       one snapshot generation, consistent at SCN N for ev
                              partitioned by source
 STORE/snapshots/CURRENT      {"scn": N}: the published generation (replaced atomically)
 STORE/schemas.json           every schema version of the captured sources
+STORE/seeds/                 rows read from the source tables by `bootstrap seed` (seed/records.py)
 """
 
 from __future__ import annotations
@@ -102,15 +103,24 @@ class BootstrapStore:
 
     # -- snapshots ---------------------------------------------------------------------------
     def current_snapshot(self) -> int | None:
+        current = self.current()
+        return None if current is None else int(current["scn"])
+
+    def current(self) -> dict[str, Any] | None:
+        """``{"scn": N, "seeds": {source: generation}}`` of the published generation."""
         if not self.exists("snapshots", "CURRENT"):
             return None
-        return int(self.read_json("snapshots", "CURRENT")["scn"])
+        body: dict[str, Any] = self.read_json("snapshots", "CURRENT")
+        body.setdefault("seeds", {})
+        return body
 
     def snapshot_dir(self, scn: int) -> str:
         return f"snapshots/scn={scn}"
 
-    def publish(self, scn: int) -> None:
-        self.write_json({"scn": scn}, "snapshots", "CURRENT")
+    def publish(self, scn: int, seeds: dict[str, int] | None = None) -> None:
+        """Make generation ``scn`` current; ``seeds``: the seed generation of each seeded
+        source folded into it (so the next fold knows which seeds are new)."""
+        self.write_json({"scn": scn, "seeds": seeds or {}}, "snapshots", "CURRENT")
         self._prune(scn)
 
     def _prune(self, current: int) -> None:

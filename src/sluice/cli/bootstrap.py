@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import sys
 from typing import Any
 
 from sluice.cli.common import scn_arg, serve_until_signal
+from sluice.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
@@ -37,6 +39,44 @@ def add_parser(sub: Any) -> None:
         "--once", action="store_true", help="read what the relay holds now, fold, and exit"
     )
     run_p.set_defaults(run=_run)
+
+    run_p.add_argument(
+        "--seed",
+        metavar="mysql://USER[:PASSWORD]@HOST:PORT",
+        help="once the stream is in place, seed every source the store has never seeded from "
+        "this database (existing rows, then changes: Debezium's snapshot.mode=initial)",
+    )
+    run_p.add_argument("--chunk-rows", type=int, default=None, metavar="N")
+
+    seed = boot.add_parser(
+        "seed",
+        help="read tables' existing rows into the store (parallel, lock-free, resumable)",
+        description="A Spark batch job: each table is cut into primary-key chunks, each read "
+        "in its own consistent snapshot and stamped with its SCN; then a snapshot generation "
+        "holding every row is published. Runs on a live database, beside the relay and "
+        "`bootstrap run`.",
+    )
+    seed.add_argument(
+        "--source",
+        required=True,
+        metavar="mysql://USER[:PASSWORD]@HOST:PORT",
+        help="the database (password may come from SLUICE_SOURCE_PASSWORD)",
+    )
+    seed.add_argument("--table", action="append", dest="tables", required=True, metavar="DB.TABLE")
+    seed.add_argument("--store", required=True, help="the store `bootstrap run` feeds")
+    seed.add_argument(
+        "--chunk-rows",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rows per chunk (one consistent read and one Spark task each; default 50000)",
+    )
+    seed.add_argument(
+        "--parallelism", type=int, metavar="N", help="chunks read at once (default: cores)"
+    )
+    seed.add_argument("--master", help="Spark master (default local[N]; spark-submit sets it)")
+    seed.add_argument("--where", metavar="SQL", help="seed only the rows matching this condition")
+    seed.set_defaults(run=_seed)
 
     compact = boot.add_parser("compact", help="fold the log into a new snapshot now")
     compact.add_argument("--store", required=True)
@@ -75,6 +115,43 @@ def _run(args: argparse.Namespace) -> int:
     job.run()
     print(f"bootstrap store {job.store.uri}: snapshot at SCN {job.store.current_snapshot()}")
     return 0
+
+
+def _seed(args: argparse.Namespace) -> int:
+    from sluice.bootstrap.seed import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
+    from sluice.bootstrap.spark_run import run_spark_command  # noqa: PLC0415
+    from sluice.capture.url import parse_source_url  # noqa: PLC0415
+
+    if args.parallelism is not None and args.parallelism < 1:
+        raise ConfigError(f"--parallelism must be at least 1, got {args.parallelism}")
+    job = SeedJob(
+        SeedConfig(
+            parse_source_url(args.source),
+            tuple(args.tables),
+            args.store,
+            args.chunk_rows or DEFAULT_CHUNK_ROWS,
+            args.parallelism,
+            args.where,
+        ),
+        progress=_progress,
+    )
+    job.prepare()  # bad input fails here, before Spark starts and before anything is written
+    master = args.master or (f"local[{args.parallelism}]" if args.parallelism else None)
+    report = run_spark_command("the seed failed", master, "sluice-seed", job.run)
+    for seeded in report.seeded:
+        print(
+            f"seeded {seeded.source}: {seeded.rows} rows in {seeded.chunks} chunks at SCNs "
+            f"{seeded.min_scn}..{seeded.max_scn}"
+        )
+    print(
+        f"bootstrap store {job.store.uri}: snapshot at SCN {report.snapshot_scn} "
+        f"({report.rows} rows seeded in {report.seconds:.1f} s)"
+    )
+    return 0
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _compact(args: argparse.Namespace) -> int:

@@ -29,7 +29,8 @@ def _setup_logging(verbose: int) -> None:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        raise SystemExit(f"sluice: error: {message}")
+        print(f"sluice: error: {message}", file=sys.stderr)
+        raise SystemExit(2)  # bad arguments, as the README says
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -53,6 +53,7 @@ class ConnectParams:
     connect_timeout: float = 10.0
 
     def connect(self, **kwargs: Any) -> pymysql.Connection[Any]:
+        kwargs.setdefault("autocommit", True)
         try:
             return open_connection(
                 host=self.host,
@@ -60,7 +61,6 @@ class ConnectParams:
                 user=self.user,
                 password=self.password,
                 connect_timeout=self.connect_timeout,
-                autocommit=True,
                 **kwargs,
             )
         except pymysql.err.OperationalError as exc:

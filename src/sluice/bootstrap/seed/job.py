@@ -1,0 +1,268 @@
+"""``sluice bootstrap seed``: a Spark batch job that reads tables' current rows into the store.
+
+The driver checks everything and plans the chunks (no Spark, nothing written on bad input),
+then runs one Spark task per chunk still missing; each task writes its chunk's file itself,
+so a killed seed resumes from the chunks already done. Then it folds, publishing a snapshot
+generation that holds every seeded row.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from sluice.bootstrap.fold import check_coverage, fold
+from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, run_chunk
+from sluice.bootstrap.seed.records import Seeded, SeedPlan, SeedRecords
+from sluice.bootstrap.store import BootstrapStore
+from sluice.capture.metadata import end_scn
+from sluice.capture.snapshot import describe_for_seed, open_snapshot, plan_ranges
+from sluice.capture.url import SourceUrl
+from sluice.errors import ConfigError, SourceError, SourceSetupError
+from sluice.schemas import TableSchema
+
+log = logging.getLogger(__name__)
+DEFAULT_CHUNK_ROWS = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class SeedConfig:
+    source: SourceUrl
+    tables: tuple[str, ...]
+    store: str
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    parallelism: int | None = None
+    where: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SeedReport:
+    seeded: tuple[Seeded, ...]
+    chunks_read: int
+    snapshot_scn: int | None
+    seconds: float
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.seeded)
+
+
+Progress = Callable[[str], None]
+
+
+class SeedJob:
+    """``prepare()`` checks and plans (raises ``ConfigError`` on bad input, writing nothing);
+    ``run(spark)`` reads the missing chunks, records the seeds and folds."""
+
+    def __init__(self, config: SeedConfig, progress: Progress | None = None) -> None:
+        if config.chunk_rows < 1:
+            raise ConfigError(f"--chunk-rows must be at least 1, got {config.chunk_rows}")
+        self.config = config
+        self.store = BootstrapStore(config.store)
+        self.records = SeedRecords(self.store)
+        self.progress = progress or (lambda _line: None)
+        self.plans: list[SeedPlan] = []
+        self.schemas: dict[str, TableSchema] = {}
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- checks and plans (driver only) -------------------------------------------------------
+    def prepare(self) -> list[SeedPlan]:
+        meta = self.store.meta()
+        unknown = [t for t in self.config.tables if t not in meta.sources]
+        if unknown:
+            raise ConfigError(
+                f"store {self.store.uri} does not capture {', '.join(unknown)} (it holds "
+                f"{', '.join(meta.sources)}); seed a store whose `bootstrap run` streams them"
+            )
+        try:
+            conn = self.config.source.params().connect()
+        except SourceError as exc:
+            if "refused the login" in str(exc):
+                raise ConfigError(f"{exc} (or set SLUICE_SOURCE_PASSWORD)") from None
+            raise
+        try:
+            return self._plan_all(conn, meta.log_start_scn)
+        except SourceSetupError as exc:
+            raise ConfigError(str(exc), source=exc.source) from None
+        finally:
+            conn.close()
+
+    def _plan_all(self, conn: pymysql.Connection[Any], log_start: int) -> list[SeedPlan]:
+        now = end_scn(conn)
+        if log_start > now:
+            raise ConfigError(
+                f"store {self.store.uri} was made from another server (its log starts after "
+                f"SCN {log_start}, beyond this server's binlog end {now}); seed a store fed "
+                "by a relay of this server"
+            )
+        open_snapshot(conn)  # fails early, with the fix, where snapshots give no SCN
+        conn.rollback()
+        known = self._store_schemas()
+        for table in self.config.tables:
+            schema = _resolve_version(describe_for_seed(conn, table), known.get(table, []))
+            self.schemas[table] = schema
+            self.plans.append(self._plan(conn, schema))
+        self._save_schemas(known)
+        return self.plans
+
+    def _store_schemas(self) -> dict[str, list[TableSchema]]:
+        if not self.store.exists("schemas.json"):
+            return {}
+        body = self.store.read_json("schemas.json")
+        return {s: [TableSchema.from_avro(v) for v in versions] for s, versions in body.items()}
+
+    def _save_schemas(self, known: dict[str, list[TableSchema]]) -> None:
+        """The store learns a seeded table's current schema if the relay has not seen it yet."""
+        changed = False
+        for table, schema in self.schemas.items():
+            versions = known.setdefault(table, [])
+            if all(v.version != schema.version for v in versions):
+                versions.append(schema)
+                changed = True
+        if changed:
+            body = {s: [v.to_avro() for v in vs] for s, vs in known.items()}
+            self.store.write_json(body, "schemas.json")
+
+    def _plan(self, conn: pymysql.Connection[Any], schema: TableSchema) -> SeedPlan:
+        source, cfg = schema.source, self.config
+        generations = self.records.generations(source)
+        seeded = self.records.seeded(source)
+        if generations and (seeded is None or seeded.generation != generations[-1]):
+            plan = self.records.plan(source, generations[-1])
+            if plan is not None and plan.same_request(schema.version, cfg.chunk_rows, cfg.where):
+                done = len(self.records.done(source, plan.generation))
+                log.info(
+                    "resuming seed of %s: %d of %d chunks done", source, done, len(plan.ranges)
+                )
+                return plan
+        generation = (generations[-1] + 1) if generations else 1
+        ranges = tuple(plan_ranges(conn, schema, cfg.chunk_rows))
+        plan = SeedPlan(source, generation, schema.version, cfg.chunk_rows, cfg.where, ranges)
+        self.records.write_plan(plan)
+        return plan
+
+    # -- the Spark part -----------------------------------------------------------------------
+    def tasks(self) -> list[ChunkTask]:
+        out = []
+        for plan in self.plans:
+            done = self.records.done(plan.source, plan.generation)
+            for index, bounds in enumerate(plan.ranges):
+                if index not in done:
+                    out.append(
+                        ChunkTask(
+                            self.store.uri,
+                            self.config.source.params(),
+                            self.schemas[plan.source],
+                            plan.generation,
+                            index,
+                            bounds,
+                            plan.where,
+                        )
+                    )
+        return out
+
+    def run(self, spark: Any) -> SeedReport:
+        started = time.monotonic()
+        if not self.plans:
+            self.prepare()
+        tasks = self.tasks()
+        total = sum(len(p.ranges) for p in self.plans)
+        if tasks:
+            self._run_tasks(spark, tasks, total)
+        seeded = tuple(self._finish(plan) for plan in self.plans)
+        snapshot = fold(spark, self.store)
+        return SeedReport(seeded, len(tasks), snapshot, time.monotonic() - started)
+
+    def _run_tasks(self, spark: Any, tasks: list[ChunkTask], total: int) -> None:
+        watcher = _ProgressWatcher(self, total, self.progress)
+        watcher.start()
+        try:
+            slices = len(tasks)
+            rdd = spark.sparkContext.parallelize(tasks, slices)
+            spark.sparkContext.setJobDescription(f"sluice seed: {len(tasks)} chunks")
+            results: list[ChunkResult] = rdd.map(run_chunk).collect()
+        finally:
+            watcher.stop()
+        log.info("seed read %d chunks, %d rows", len(results), sum(r.rows for r in results))
+
+    def _finish(self, plan: SeedPlan) -> Seeded:
+        done = self.records.done(plan.source, plan.generation)
+        missing = [i for i in range(len(plan.ranges)) if i not in done]
+        if missing:
+            raise SourceError(f"seed of {plan.source} lacks chunks {missing[:5]}: run it again")
+        seeded = Seeded(
+            plan.source,
+            plan.generation,
+            min(d.scn for d in done.values()),
+            max(d.scn for d in done.values()),
+            sum(d.rows for d in done.values()),
+            len(plan.ranges),
+            time.time(),
+        )
+        check_coverage(self.store, seeded)
+        current = self.records.seeded(plan.source)
+        if current is None or current.generation != plan.generation:
+            self.records.mark_seeded(seeded)
+            return seeded
+        return current
+
+    def done_counts(self) -> tuple[int, int]:
+        chunks = rows = 0
+        for plan in self.plans:
+            done = self.records.done(plan.source, plan.generation)
+            chunks += len(done)
+            rows += sum(d.rows for d in done.values())
+        return chunks, rows
+
+
+def _resolve_version(schema: TableSchema, known: list[TableSchema]) -> TableSchema:
+    """The store's latest version if the table still has its shape, else the next version."""
+    if known and known[-1].same_shape(schema):
+        return known[-1]
+    version = max((v.version for v in known), default=0) + 1
+    return TableSchema(schema.source, version, schema.columns, schema.primary_key)
+
+
+class _ProgressWatcher:
+    """Prints chunks done / total, rows/s and an ETA every few seconds (from the store's
+    chunk records, so it sees what every executor finished)."""
+
+    def __init__(self, job: SeedJob, total: int, emit: Progress, every_s: float = 3.0) -> None:
+        self.job, self.total, self.emit, self.every_s = job, total, emit, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="seed-progress", daemon=True)
+        self._start_chunks, self._start_rows = job.done_counts()
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._report()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self._report()
+            except Exception:  # progress is best effort; the job reports real failures
+                log.debug("progress report failed", exc_info=True)
+
+    def _report(self) -> None:
+        chunks, rows = self.job.done_counts()
+        elapsed = max(time.monotonic() - self._started, 1e-3)
+        new_chunks = chunks - self._start_chunks
+        rate = (rows - self._start_rows) / elapsed
+        left = self.total - chunks
+        eta = f", ETA {elapsed / new_chunks * left:.0f} s" if new_chunks and left else ""
+        self.emit(f"seed: {chunks}/{self.total} chunks, {rows:,} rows, {rate:,.0f} rows/s{eta}")

@@ -1,0 +1,206 @@
+"""What seeding keeps in the store, so a killed seed resumes and the fold knows what is new.
+
+STORE/seeds/SOURCE/gen=G/_plan.json          the key ranges (chunks) of seed generation G
+STORE/seeds/SOURCE/gen=G/chunk-NNNNN.parquet  one chunk's rows, in the snapshot's columns
+STORE/seeds/SOURCE/gen=G/_done-NNNNN.json     written after its Parquet file: {scn, rows}
+STORE/seeds/SOURCE/SEEDED                     the newest complete generation (min/max SCN...)
+
+Files starting with ``_`` are invisible to Spark's Parquet reader.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from sluice.bootstrap.store import BootstrapStore
+from sluice.capture.snapshot import KeyRange
+from sluice.errors import ConfigError
+
+
+# -- key bounds as JSON (PyMySQL's value types, tagged) ---------------------------------------
+def _value_json(value: Any) -> list[Any]:
+    if isinstance(value, bool | int):
+        return ["int", int(value)]
+    if isinstance(value, str):
+        return ["str", value]
+    if isinstance(value, bytes):
+        return ["bytes", base64.b64encode(value).decode()]
+    if isinstance(value, Decimal):
+        return ["decimal", str(value)]
+    if isinstance(value, dt.datetime):
+        return ["datetime", value.isoformat()]
+    if isinstance(value, dt.date):
+        return ["date", value.isoformat()]
+    if isinstance(value, dt.timedelta):
+        return ["time", value // dt.timedelta(microseconds=1)]
+    raise ConfigError(f"cannot record a key bound of type {type(value).__name__}")
+
+
+_FROM_JSON: dict[str, Any] = {
+    "int": int,
+    "str": str,
+    "bytes": base64.b64decode,
+    "decimal": Decimal,
+    "datetime": dt.datetime.fromisoformat,
+    "date": dt.date.fromisoformat,
+    "time": lambda micros: dt.timedelta(microseconds=micros),
+}
+
+
+def _bound_json(bound: tuple[Any, ...] | None) -> list[Any] | None:
+    return None if bound is None else [_value_json(v) for v in bound]
+
+
+def _bound_value(raw: list[Any] | None) -> tuple[Any, ...] | None:
+    return None if raw is None else tuple(_FROM_JSON[tag](v) for tag, v in raw)
+
+
+def range_json(bounds: KeyRange) -> dict[str, Any]:
+    return {"lower": _bound_json(bounds.lower), "upper": _bound_json(bounds.upper)}
+
+
+def range_value(raw: dict[str, Any]) -> KeyRange:
+    return KeyRange(_bound_value(raw["lower"]), _bound_value(raw["upper"]))
+
+
+# -- records -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SeedPlan:
+    source: str
+    generation: int
+    schema_version: int
+    chunk_rows: int
+    where: str | None
+    ranges: tuple[KeyRange, ...]
+
+    def same_request(self, version: int, chunk_rows: int, where: str | None) -> bool:
+        return (self.schema_version, self.chunk_rows, self.where) == (version, chunk_rows, where)
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkDone:
+    index: int
+    scn: int
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class Seeded:
+    """A complete seed generation: the fold replaces the source's rows with it once."""
+
+    source: str
+    generation: int
+    min_scn: int
+    max_scn: int
+    rows: int
+    chunks: int
+    finished_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "min_scn": self.min_scn,
+            "max_scn": self.max_scn,
+            "rows": self.rows,
+            "chunks": self.chunks,
+            "finished_at": self.finished_at,
+        }
+
+
+class SeedRecords:
+    """The seed records of one store (pyarrow filesystem, so local paths and URIs alike)."""
+
+    def __init__(self, store: BootstrapStore) -> None:
+        self.store = store
+
+    def gen_dir(self, source: str, generation: int) -> tuple[str, ...]:
+        return ("seeds", source, f"gen={generation}")
+
+    def chunk_file(self, source: str, generation: int, index: int) -> tuple[str, ...]:
+        return (*self.gen_dir(source, generation), f"chunk-{index:05d}.parquet")
+
+    def done_file(self, source: str, generation: int, index: int) -> tuple[str, ...]:
+        return (*self.gen_dir(source, generation), f"_done-{index:05d}.json")
+
+    def generations(self, source: str) -> list[int]:
+        selector = pafs.FileSelector(self.store.path("seeds", source), allow_not_found=True)
+        return sorted(
+            int(i.base_name.split("=", 1)[1])
+            for i in self.store.fs.get_file_info(selector)
+            if i.base_name.startswith("gen=") and i.type == pafs.FileType.Directory
+        )
+
+    def plan(self, source: str, generation: int) -> SeedPlan | None:
+        parts = (*self.gen_dir(source, generation), "_plan.json")
+        if not self.store.exists(*parts):
+            return None
+        body = self.store.read_json(*parts)
+        return SeedPlan(
+            source,
+            generation,
+            int(body["schema_version"]),
+            int(body["chunk_rows"]),
+            body.get("where"),
+            tuple(range_value(r) for r in body["ranges"]),
+        )
+
+    def write_plan(self, plan: SeedPlan) -> None:
+        body = {
+            "schema_version": plan.schema_version,
+            "chunk_rows": plan.chunk_rows,
+            "where": plan.where,
+            "ranges": [range_json(r) for r in plan.ranges],
+            "created_at": time.time(),
+        }
+        self.store.write_json(body, *self.gen_dir(plan.source, plan.generation), "_plan.json")
+
+    def done(self, source: str, generation: int) -> dict[int, ChunkDone]:
+        folder = self.store.path(*self.gen_dir(source, generation))
+        selector = pafs.FileSelector(folder, allow_not_found=True)
+        out: dict[int, ChunkDone] = {}
+        for info in self.store.fs.get_file_info(selector):
+            name = info.base_name
+            if name.startswith("_done-") and name.endswith(".json"):
+                index = int(name[6:-5])
+                body = self.store.read_json(*self.gen_dir(source, generation), name)
+                out[index] = ChunkDone(index, int(body["scn"]), int(body["rows"]))
+        return out
+
+    def seeded(self, source: str) -> Seeded | None:
+        if not self.store.exists("seeds", source, "SEEDED"):
+            return None
+        body = self.store.read_json("seeds", source, "SEEDED")
+        return Seeded(
+            source,
+            int(body["generation"]),
+            int(body["min_scn"]),
+            int(body["max_scn"]),
+            int(body["rows"]),
+            int(body["chunks"]),
+            float(body["finished_at"]),
+        )
+
+    def mark_seeded(self, seeded: Seeded) -> None:
+        self.store.write_json(seeded.to_json(), "seeds", seeded.source, "SEEDED")
+
+    def chunk_paths(self, seeded: Seeded) -> list[str]:
+        """Spark paths of a complete generation's chunk files."""
+        return [
+            self.store.spark_path(*self.chunk_file(seeded.source, seeded.generation, i))
+            for i in range(seeded.chunks)
+        ]
+
+    def all_seeded(self, sources: tuple[str, ...]) -> dict[str, Seeded]:
+        out = {}
+        for source in sources:
+            found = self.seeded(source)
+            if found is not None:
+                out[source] = found
+        return out

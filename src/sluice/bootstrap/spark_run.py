@@ -1,0 +1,49 @@
+"""Running a Spark batch command from the CLI: one session, failures as one sentence, and
+SIGINT/SIGTERM as a clean stop (no Java or Py4J traceback)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypeVar
+
+from pyspark.errors import PySparkException
+
+from sluice.bootstrap.job import spark_failure, spark_session
+from sluice.errors import SluiceError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Interrupted(SluiceError):
+    """SIGINT or SIGTERM stopped the command; its work so far is kept."""
+
+
+def run_spark_command(what: str, master: str | None, app: str, body: Callable[[Any], T]) -> T:
+    spark = spark_session(master, app)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            spark.sparkContext.cancelAllJobs()  # the blocked Spark call returns with an error
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return body(spark)
+    except (PySparkException, Exception) as exc:
+        if stopping.is_set():
+            raise Interrupted(f"{app} stopped by a signal; run it again to resume") from None
+        if isinstance(exc, SluiceError):
+            raise
+        if isinstance(exc, PySparkException) or type(exc).__module__.startswith("py4j"):
+            raise spark_failure(what, exc) from None
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        spark.stop()
