@@ -47,6 +47,11 @@ def check_coverage(store: BootstrapStore, seeded: Seeded) -> None:
 
 def fold(spark: Any, store: BootstrapStore, *, full: bool = False) -> int | None:
     """Publish a new snapshot generation; returns its SCN (None if there is nothing yet)."""
+    with store.fold_lock():
+        return _fold(spark, store, full)
+
+
+def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
     started = time.monotonic()
     meta = store.meta()
     current = store.current()
@@ -76,7 +81,9 @@ def fold(spark: Any, store: BootstrapStore, *, full: bool = False) -> int | None
         rows = changes.where((F.col("scn") <= newest) & F.col("key").isNotNull() & window)
         parts.append(rows.select(*SNAPSHOT_COLUMNS, "op"))
     if previous is not None:
-        base = spark.read.parquet(store.spark_path(store.snapshot_dir(previous)))
+        base = spark.read.schema(SNAPSHOT_DDL).parquet(
+            store.spark_path(store.snapshot_dir(previous))
+        )
         if fresh:
             base = base.where(~F.col("source").isin(list(fresh)))
         parts.append(base.select(*SNAPSHOT_COLUMNS).withColumn("op", F.lit("r")))

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from sluice.bootstrap.fold import fold
 from sluice.bootstrap.store import BootstrapStore
+from sluice.capture.url import SourceUrl
 from sluice.errors import SluiceError
 from sluice.spark import register
 from sluice.spark.fetch import Fetcher
@@ -35,6 +36,8 @@ class JobConfig:
     trigger_s: float = 2.0
     fold_every_s: float = 30.0
     once: bool = False  # read what the relay holds now, fold, and exit
+    seed: SourceUrl | None = None  # seed sources never seeded, from this database
+    seed_chunk_rows: int | None = None
 
 
 def spark_session(master: str | None = None, app: str = "sluice-bootstrap") -> Any:
@@ -69,10 +72,14 @@ def spark_failure(what: str, exc: BaseException) -> SluiceError:
 
 
 def save_schemas(relays: tuple[str, ...], sources: tuple[str, ...], store: BootstrapStore) -> None:
-    """Keep every schema version in the store, so its events stay decodable on their own."""
-    body = {}
+    """Keep every schema version in the store, so its events stay decodable on their own.
+    Versions only the store knows (a seed saw a table change first) are kept."""
+    body = store.read_json("schemas.json") if store.exists("schemas.json") else {}
     for source in sources:
-        body[source] = get_json(relays[0], f"/schemas/{source}")["versions"]
+        versions = {int(v["sluice.version"]): v for v in body.get(source, [])}
+        for schema in get_json(relays[0], f"/schemas/{source}")["versions"]:
+            versions[int(schema["sluice.version"])] = schema
+        body[source] = [versions[n] for n in sorted(versions)]
     store.write_json(body, "schemas.json")
 
 
@@ -148,12 +155,36 @@ class BootstrapJob:
             "bootstrap job streaming %s into %s", ",".join(self.config.sources), self.store.uri
         )
         try:
+            if self.config.seed is not None:
+                self._seed(spark, self.config.seed)
             self._loop(spark)
         finally:
             if self.query.isActive:
                 self.query.stop()
         save_schemas(self.config.relays, self.config.sources, self.store)
         fold(spark, self.store)
+
+    def _seed(self, spark: Any, source: SourceUrl) -> None:
+        """Seed every source the store has never seeded, now that the stream is in place (its
+        log starts before any chunk is read, so the fold is exact)."""
+        from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
+        from sluice.bootstrap.seed.records import SeedRecords  # noqa: PLC0415
+
+        records = SeedRecords(self.store)
+        missing = tuple(s for s in self.config.sources if records.seeded(s) is None)
+        if not missing:
+            log.info("every source of %s is seeded already", self.store.uri)
+            return
+        chunk_rows = self.config.seed_chunk_rows or DEFAULT_CHUNK_ROWS
+        job = SeedJob(SeedConfig(source, missing, self.store.uri, chunk_rows), progress=log.info)
+        job.prepare()
+        report = job.run(spark)
+        log.info(
+            "seeded %s: %d rows; snapshot at SCN %s",
+            ", ".join(missing),
+            report.rows,
+            report.snapshot_scn,
+        )
 
     def _loop(self, spark: Any) -> None:
         if self.config.once:

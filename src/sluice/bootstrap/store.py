@@ -13,8 +13,12 @@ STORE/seeds/                 rows read from the source tables by `bootstrap seed
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +30,7 @@ from sluice.errors import ConfigError
 log = logging.getLogger(__name__)
 MARKER = "sluice-store.json"
 KEEP_SNAPSHOTS = 3
+_FOLD_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,23 @@ class BootstrapStore:
             return StoreMeta(int(body["log_start_scn"]), tuple(body["sources"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{self.uri}/{MARKER} is corrupt: {exc}") from None
+
+    @contextlib.contextmanager
+    def fold_lock(self) -> Iterator[None]:
+        """One fold at a time per store: across threads, and across processes on a local
+        store (``bootstrap run`` folding while ``seed`` publishes)."""
+        with _FOLD_LOCK:
+            if "://" in self.uri and not self.uri.startswith("file:"):
+                yield  # object stores have no lock here: run one folding process at a time
+                return
+            path = Path(self.root) / ".fold.lock"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
 
     # -- snapshots ---------------------------------------------------------------------------
     def current_snapshot(self) -> int | None:

@@ -97,6 +97,7 @@ def add_parser(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from sluice.bootstrap.job import BootstrapJob, JobConfig  # noqa: PLC0415 - Spark is heavy
+    from sluice.capture.url import parse_source_url  # noqa: PLC0415
 
     job = BootstrapJob(
         JobConfig(
@@ -108,6 +109,8 @@ def _run(args: argparse.Namespace) -> int:
             trigger_s=args.trigger_seconds,
             fold_every_s=args.fold_every,
             once=args.once,
+            seed=parse_source_url(args.seed) if args.seed else None,
+            seed_chunk_rows=args.chunk_rows,
         )
     )
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -118,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _seed(args: argparse.Namespace) -> int:
-    from sluice.bootstrap.seed import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
+    from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
     from sluice.bootstrap.spark_run import run_spark_command  # noqa: PLC0415
     from sluice.capture.url import parse_source_url  # noqa: PLC0415
 

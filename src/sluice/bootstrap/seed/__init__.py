@@ -1,5 +1,5 @@
-"""Seeding: reading tables' existing rows into the bootstrap store, chunk by chunk."""
+"""Seeding: reading tables' existing rows into the bootstrap store, chunk by chunk.
 
-from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob, SeedReport
-
-__all__ = ["DEFAULT_CHUNK_ROWS", "SeedConfig", "SeedJob", "SeedReport"]
+``seed.job`` is the Spark job (``SeedJob``); ``seed.records`` what it keeps in the store;
+``seed.chunk`` one chunk's task. (Nothing is imported here: the fold imports the records.)
+"""

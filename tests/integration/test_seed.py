@@ -1,0 +1,252 @@
+"""Seeding a live database: existing rows of every type, seeded by the Spark job while a
+workload updates, deletes, inserts and moves keys; consumers from SCN 0 end equal to the source.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from sluice.bootstrap.job import BootstrapJob, JobConfig
+from sluice.bootstrap.seed.job import SeedConfig, SeedJob
+from sluice.bootstrap.seed.records import SeedRecords
+from sluice.bootstrap.server import BootstrapServer
+from sluice.bootstrap.store import BootstrapStore
+from sluice.capture import parse_source_url
+from sluice.client import Client, ClientConfig
+from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer, ServiceThread, key_text
+from sluice.testing.truth import table_rows
+from tests.integration.support import (
+    assert_replica_equals,
+    get_json,
+    relay_config,
+    wait_for,
+    wait_relay_caught_up,
+)
+from tests.integration.workload import ALL_TYPES_COLUMNS, ALL_TYPES_DDL, random_all_types
+
+DB = "seedlive"
+EXISTING = 100_000
+SOURCES = [f"{DB}.alltypes", f"{DB}.orders"]
+
+
+def _populate(conn: pymysql.Connection[Any]) -> None:
+    """100,000 rows of every type (500 random rows, multiplied), 20,000 composite-key orders."""
+    rng = random.Random(11)
+    cols = ", ".join(ALL_TYPES_COLUMNS)
+    with conn.cursor() as cur:
+        cur.execute(ALL_TYPES_DDL)
+        cur.execute(
+            "CREATE TABLE orders (region CHAR(2), num BIGINT UNSIGNED, item VARCHAR(40), "
+            "qty SMALLINT, PRIMARY KEY (region, num)) ENGINE=InnoDB"
+        )
+        for i in range(500):
+            row = random_all_types(rng, nulls=i % 2 == 0)
+            marks = ", ".join(["%s"] * (len(row) + 1))
+            cur.execute(f"INSERT INTO alltypes (id, {cols}) VALUES ({marks})", (i, *row.values()))
+        cur.execute(
+            f"INSERT INTO alltypes (id, {cols}) SELECT a.id + 500 * s.seq, {cols} "
+            f"FROM alltypes a JOIN seq_1_to_{EXISTING // 500 - 1} s"
+        )
+        cur.execute(
+            "INSERT INTO orders SELECT ELT(1 + seq % 3, 'eu', 'us', 'ap'), seq, "
+            "CONCAT('item-', seq), seq % 500 FROM seq_1_to_20000"
+        )
+        cur.execute("COMMIT")
+
+
+class Writer(threading.Thread):
+    """Updates, deletes, inserts and key changes on existing and new rows, until stopped."""
+
+    def __init__(self, conn: pymysql.Connection[Any]) -> None:
+        super().__init__(daemon=True)
+        self.conn, self.rng = conn, random.Random(3)
+        self.stop_event = threading.Event()
+        self.transactions = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                self._transaction()
+                self.transactions += 1
+        except BaseException as exc:
+            self.error = exc
+
+    def _transaction(self) -> None:
+        rng = self.rng
+        with self.conn.cursor() as cur:
+            cur.execute("BEGIN")
+            for _ in range(rng.randint(1, 4)):
+                target = rng.randrange(EXISTING)
+                action = rng.choice(("update", "update", "delete", "insert", "move", "order"))
+                if action == "update":
+                    row = random_all_types(rng)
+                    sets = ", ".join(f"{c}=%s" for c in row)
+                    cur.execute(f"UPDATE alltypes SET {sets} WHERE id=%s", (*row.values(), target))
+                elif action == "delete":
+                    cur.execute("DELETE FROM alltypes WHERE id=%s", (target,))
+                elif action == "insert":
+                    cur.execute(
+                        "INSERT IGNORE INTO alltypes (id, nn) VALUES (%s, 1)",
+                        (EXISTING + rng.randrange(10**6),),
+                    )
+                elif action == "move":  # a primary key change, possibly into another chunk
+                    cur.execute(
+                        "UPDATE IGNORE alltypes SET id = %s WHERE id = %s",
+                        (rng.randrange(EXISTING, 10 * EXISTING), target),
+                    )
+                else:
+                    cur.execute(
+                        "UPDATE orders SET qty = qty + 1, num = num + 1000000 "
+                        "WHERE region = 'us' AND num = %s",
+                        (rng.randrange(20000),),
+                    )
+            cur.execute("COMMIT")
+
+
+@pytest.fixture(scope="module")
+def seeded(
+    mariadb: PrivateMariaDB, tmp_path_factory: pytest.TempPathFactory, spark: Any
+) -> Iterator[dict[str, Any]]:
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {DB}")
+    admin.close()
+    conn = mariadb.connect(DB)
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+    _populate(conn)
+    tmp = tmp_path_factory.mktemp("seed")
+    store_dir = str(tmp / "store")
+    with RelayThread(relay_config(mariadb, SOURCES, tmp / "relay")) as relay:
+        job = BootstrapJob(
+            JobConfig((relay.url,), tuple(SOURCES), store_dir, trigger_s=0.5, fold_every_s=4),
+            spark,
+        )
+        job_thread = threading.Thread(target=job.run, daemon=True)
+        job_thread.start()
+        wait_for(lambda: BootstrapStore(store_dir).exists("sluice-store.json"), 60, "the store")
+        writer = Writer(mariadb.connect(DB))
+        writer.start()
+        seed = SeedJob(SeedConfig(parse_source_url(mariadb.url), tuple(SOURCES), store_dir, 12_000))
+        seed.prepare()
+        report = seed.run(spark)
+        writer.stop_event.set()
+        writer.join(30)
+        assert writer.error is None and writer.transactions > 20
+        target = wait_relay_caught_up(relay.url, conn)
+        with ServiceThread(BootstrapServer(store_dir, port=0)) as server:
+            wait_for(
+                lambda: (
+                    get_json(server.url + "/stats")["max_scn"]
+                    >= get_json(relay.url + "/stats")["max_scn"]
+                    >= target
+                ),
+                120,
+                "the bootstrap log to reach the relay",
+            )
+            job.stop()
+            job_thread.join(120)
+            assert job.error is None
+            yield {
+                "relay": relay,
+                "server": server,
+                "conn": conn,
+                "report": report,
+                "store": BootstrapStore(store_dir),
+                "writer": writer,
+            }
+    conn.close()
+
+
+def test_seed_reads_every_chunk_in_parallel_and_records_it(seeded: dict[str, Any]) -> None:
+    report, store = seeded["report"], seeded["store"]
+    by_source = {s.source: s for s in report.seeded}
+    assert set(by_source) == set(SOURCES)
+    assert by_source[f"{DB}.alltypes"].chunks >= 9  # 100k rows in 12k-row chunks
+    assert by_source[f"{DB}.orders"].chunks == 2
+    # Chunks were read while the writer ran: at different SCNs, none older than the log.
+    assert by_source[f"{DB}.alltypes"].min_scn < by_source[f"{DB}.alltypes"].max_scn
+    assert min(s.min_scn for s in report.seeded) >= store.meta().log_start_scn
+    assert SeedRecords(store).seeded(f"{DB}.alltypes") == by_source[f"{DB}.alltypes"]
+    assert report.snapshot_scn is not None
+    assert EXISTING * 0.95 < by_source[f"{DB}.alltypes"].rows < EXISTING * 1.05
+
+
+def test_a_consumer_from_scn_0_gets_whole_tables(seeded: dict[str, Any]) -> None:
+    relay, server, conn = seeded["relay"], seeded["server"], seeded["conn"]
+    replica = ReplicaConsumer()
+    Client(ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url), replica).run(
+        until_caught_up=True
+    )
+    assert len(replica.snapshot(SOURCES[0])) > EXISTING * 0.95
+    assert_replica_equals(replica, conn, SOURCES)
+
+
+def test_spark_read_from_scn_0_equals_the_source(seeded: dict[str, Any], spark: Any) -> None:
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.window import Window as SparkWindow
+
+    relay, server, conn = seeded["relay"], seeded["server"], seeded["conn"]
+    df = (
+        spark.read.format("sluice")
+        .option("relay", relay.url)
+        .option("bootstrap", server.url)
+        .option("startingScn", "0")
+        .load()
+    )
+    latest = SparkWindow.partitionBy("source", "key").orderBy(F.col("scn").desc())
+    state = (
+        df.withColumn("n", F.row_number().over(latest))
+        .where("n = 1 AND op != 'd'")
+        .select("source", "key", "after", "op")
+        .collect()
+    )
+    assert "r" in {r["op"] for r in state}
+    for source in SOURCES:
+        replica = {
+            key_text(json.loads(r["key"])): json.loads(r["after"])
+            for r in state
+            if r["source"] == source
+        }
+        assert replica == table_rows(conn, source)
+
+
+def test_reseeding_one_table_replaces_its_rows_only(
+    seeded: dict[str, Any], spark: Any, mariadb: PrivateMariaDB
+) -> None:
+    """A table seeded again is replaced in the first generation after it (once the log has
+    moved past the current one); the other table keeps its rows."""
+    store, conn = seeded["store"], seeded["conn"]
+    relay, server = seeded["relay"], seeded["server"]
+    before = store.current()
+    assert before is not None and set(before["seeds"]) == set(SOURCES)
+    orders = SOURCES[1]
+    with conn.cursor() as cur:  # a row the next seed must not lose: deleted, then re-seeded
+        cur.execute("DELETE FROM orders WHERE region = 'eu' AND num < 100")
+        cur.execute("UPDATE orders SET item = 'reseeded' WHERE region = 'ap' AND num < 100")
+    again = SeedJob(SeedConfig(parse_source_url(mariadb.url), (orders,), store.uri, 5000))
+    again.prepare()
+    report = again.run(spark)
+    assert report.seeded[0].chunks in (4, 5)
+    # Nothing new in the log yet: the generation stays, the seed waits for the next fold.
+    assert report.snapshot_scn == before["scn"] and store.current() == before
+    job = BootstrapJob(JobConfig((relay.url,), tuple(SOURCES), store.uri, once=True), spark)
+    wait_relay_caught_up(relay.url, conn)
+    job.run()
+    after = store.current()
+    assert after is not None and after["scn"] > before["scn"]
+    assert after["seeds"] == {**before["seeds"], orders: before["seeds"][orders] + 1}
+    replica = ReplicaConsumer()
+    Client(ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url), replica).run(
+        until_caught_up=True
+    )
+    assert_replica_equals(replica, conn, SOURCES)
