@@ -8,7 +8,6 @@ import json
 import random
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pymysql

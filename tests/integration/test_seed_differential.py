@@ -12,8 +12,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from sluice.bootstrap.seed.job import SeedConfig, SeedJob
 from sluice.bootstrap.seed.chunk import run_chunk
+from sluice.bootstrap.seed.job import SeedConfig, SeedJob
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture import parse_source_url
 from sluice.capture.metadata import end_scn
