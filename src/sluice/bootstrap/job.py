@@ -6,8 +6,10 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pyspark.errors import PySparkException
@@ -40,24 +42,50 @@ class JobConfig:
     seed_chunk_rows: int | None = None
 
 
-def spark_session(master: str | None = None, app: str = "sluice-bootstrap") -> Any:
-    """A session tuned for small machines unless spark-submit already configured one."""
+def spark_session(
+    master: str | None = None, app: str = "sluice-bootstrap", *, quiet: bool = False
+) -> Any:
+    """A session tuned for small machines unless spark-submit already configured one.
+    ``quiet``: the JVM's own output (start-up warnings, log4j) goes to a file, not stderr."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {
+        "spark.app.name": app,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.session.timeZone": "UTC",
+    }
     if master or "SPARK_HOME" not in os.environ:
-        builder = builder.master(master or "local[2]")
-    for key, value in (
-        ("spark.ui.enabled", "false"),
-        ("spark.ui.showConsoleProgress", "false"),
-        ("spark.sql.shuffle.partitions", "4"),
-        ("spark.sql.session.timeZone", "UTC"),
-        ("spark.driver.host", "127.0.0.1"),
-    ):
-        if key != "spark.driver.host" or not master or master.startswith("local"):
-            builder = builder.config(key, value)
+        settings["spark.master"] = master or "local[2]"
+    if not master or master.startswith("local"):
+        settings["spark.driver.host"] = "127.0.0.1"
+    if quiet:
+        _quiet_gateway(settings)
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SLUICE_SPARK_LOG_LEVEL", "ERROR"))
     return session
+
+
+def _quiet_gateway(settings: dict[str, str]) -> None:
+    """Start the JVM ourselves, its stdout/stderr into a log file (``SLUICE_SPARK_LOG``)."""
+    from pyspark import SparkConf, SparkContext  # noqa: PLC0415
+    from pyspark.java_gateway import launch_gateway  # noqa: PLC0415
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    default = Path(tempfile.gettempdir()) / f"sluice-spark-{os.getpid()}.log"
+    path = Path(os.environ.get("SLUICE_SPARK_LOG", str(default)))
+    handle = path.open("ab")
+    conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    SparkContext._gateway = launch_gateway(  # type: ignore[no-untyped-call]
+        conf, popen_kwargs={"stdout": handle, "stderr": handle}
+    )
+    SparkContext._jvm = SparkContext._gateway.jvm
+    log.debug("Spark's own log: %s", path)
 
 
 _SLUICE_ERROR = re.compile(r"sluice\.errors\.\w+: (.+)")

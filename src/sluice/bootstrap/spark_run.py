@@ -24,7 +24,7 @@ class Interrupted(SluiceError):
 
 
 def run_spark_command(what: str, master: str | None, app: str, body: Callable[[Any], T]) -> T:
-    spark = spark_session(master, app)
+    spark = spark_session(master, app, quiet=True)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

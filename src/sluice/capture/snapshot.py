@@ -73,8 +73,8 @@ def describe_for_seed(conn: pymysql.Connection[Any], source: str) -> TableSchema
             (db, table),
         )
         row = cur.fetchone()
-    engine = str(row[0] if row else "").upper()
-    if engine not in _TRANSACTIONAL:
+    engine = str(row[0] if row else "")
+    if engine.upper() not in _TRANSACTIONAL:
         raise SourceSetupError(
             f"table {source} uses the {engine or 'unknown'} engine, which has no consistent "
             f"snapshots: seeding it could give rows of different moments; convert it "

@@ -96,7 +96,11 @@ def add_parser(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sluice.bootstrap.job import BootstrapJob, JobConfig  # noqa: PLC0415 - Spark is heavy
+    from sluice.bootstrap.job import (  # noqa: PLC0415 - Spark is heavy
+        BootstrapJob,
+        JobConfig,
+        spark_session,
+    )
     from sluice.capture.url import parse_source_url  # noqa: PLC0415
 
     job = BootstrapJob(
@@ -111,7 +115,8 @@ def _run(args: argparse.Namespace) -> int:
             once=args.once,
             seed=parse_source_url(args.seed) if args.seed else None,
             seed_chunk_rows=args.chunk_rows,
-        )
+        ),
+        spark_session(args.master, quiet=True),
     )
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: job.stop())
@@ -132,7 +137,7 @@ def _seed(args: argparse.Namespace) -> int:
             parse_source_url(args.source),
             tuple(args.tables),
             args.store,
-            args.chunk_rows or DEFAULT_CHUNK_ROWS,
+            DEFAULT_CHUNK_ROWS if args.chunk_rows is None else args.chunk_rows,
             args.parallelism,
             args.where,
         ),
@@ -141,14 +146,24 @@ def _seed(args: argparse.Namespace) -> int:
     job.prepare()  # bad input fails here, before Spark starts and before anything is written
     master = args.master or (f"local[{args.parallelism}]" if args.parallelism else None)
     report = run_spark_command("the seed failed", master, "sluice-seed", job.run)
+    total = sum(len(plan.ranges) for plan in job.plans)
+    print(f"read {report.chunks_read} of {total} chunks")
     for seeded in report.seeded:
         print(
             f"seeded {seeded.source}: {seeded.rows} rows in {seeded.chunks} chunks at SCNs "
             f"{seeded.min_scn}..{seeded.max_scn}"
         )
+    folded = (job.store.current() or {}).get("seeds", {})
+    published = all(folded.get(s.source) == s.generation for s in report.seeded)
     print(
         f"bootstrap store {job.store.uri}: snapshot at SCN {report.snapshot_scn} "
         f"({report.rows} rows seeded in {report.seconds:.1f} s)"
+        + (
+            ""
+            if published
+            else "; the seeded rows wait for the log to move past it: the next fold of "
+            "`sluice bootstrap run` publishes them"
+        )
     )
     return 0
 
@@ -166,7 +181,7 @@ def _compact(args: argparse.Namespace) -> int:
 
     store = BootstrapStore(args.store)
     store.meta()
-    spark = spark_session(args.master, "sluice-compact")
+    spark = spark_session(args.master, "sluice-compact", quiet=True)
     try:
         scn = fold(spark, store, full=args.full)
     except PySparkException as exc:

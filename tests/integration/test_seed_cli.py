@@ -1,0 +1,134 @@
+"""``sluice bootstrap seed`` from the command line: a read-only user, SIGKILL then resume,
+and bad input (one clear line, exit 2, nothing written to the store)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pymysql
+import pytest
+
+from sluice.bootstrap.store import BootstrapStore
+from sluice.capture.metadata import end_scn
+from sluice.testing import PrivateMariaDB
+from sluice.testing.truth import table_rows
+from tests.integration.support import SLUICE, run_sluice, wait_for
+
+ROWS = 30_000
+
+
+@pytest.fixture
+def reader_url(mariadb: PrivateMariaDB, database: str) -> str:
+    """A read-only user: SELECT, REPLICATION SLAVE, BINLOG MONITOR; no write, no lock."""
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE USER IF NOT EXISTS 'ro_{database}'@'%' IDENTIFIED BY 'p/w#?'")
+        cur.execute(f"GRANT SELECT ON {database}.* TO 'ro_{database}'@'%'")
+        cur.execute(f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO 'ro_{database}'@'%'")
+    admin.close()
+    return f"mysql://ro_{database}:p%2Fw%23%3F@127.0.0.1:{mariadb.port}"
+
+
+def _fill(conn: pymysql.Connection[Any]) -> None:
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE big (id BIGINT PRIMARY KEY, name VARCHAR(40), price DECIMAL(10,2), "
+            "at DATETIME(3)) ENGINE=InnoDB"
+        )
+        cur.execute(
+            "INSERT INTO big SELECT seq, CONCAT('n-', seq), seq / 7, "
+            f"'2024-01-01' + INTERVAL seq SECOND FROM seq_1_to_{ROWS}"
+        )
+        cur.execute("CREATE TABLE nokey (a INT, b INT) ENGINE=InnoDB")
+        cur.execute("CREATE TABLE mine (id INT PRIMARY KEY) ENGINE=MyISAM")
+
+
+def _snapshot_rows(store: BootstrapStore, source: str) -> dict[str, Any]:
+    scn = store.current_snapshot()
+    assert scn is not None
+    folder = Path(store.root) / store.snapshot_dir(scn) / f"source={source}"
+    rows: dict[str, Any] = {}
+    for path in folder.glob("*.parquet"):
+        for row in pq.read_table(path, columns=["key", "after"]).to_pylist():
+            rows[row["key"]] = json.loads(row["after"])
+    return rows
+
+
+def test_seed_killed_midway_resumes_with_the_missing_chunks_only(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str
+) -> None:
+    conn = mariadb.connect(database)
+    _fill(conn)
+    source = f"{database}.big"
+    store = BootstrapStore(str(tmp_path / "store"))
+    store.create(end_scn(conn), (source,))
+    args = [*SLUICE, "bootstrap", "seed", "--source", reader_url, "--table", source]
+    args += ["--store", store.uri, "--chunk-rows", "1000", "--parallelism", "1"]
+    first = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    gen = tmp_path / "store" / "seeds" / source / "gen=1"
+    try:
+        wait_for(lambda: len(list(gen.glob("_done-*.json"))) >= 3, 120, "three chunks done")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
+        first.communicate(timeout=30)
+    done_before = len(list(gen.glob("_done-*.json")))
+    assert 3 <= done_before < 31 and store.current_snapshot() is None
+
+    second = run_sluice(*args[3:], timeout=300)
+    assert second.returncode == 0, second.stderr
+    assert f"read {31 - done_before} of 31 chunks" in second.stdout, second.stdout
+    assert f"seeded {source}: {ROWS} rows in 31 chunks" in second.stdout
+    assert "seed: " in second.stderr  # progress lines
+    assert "WARN" not in second.stderr and "Traceback" not in second.stderr
+    truth = table_rows(conn, source)
+    assert _snapshot_rows(store, source) == truth
+    conn.close()
+
+
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str
+) -> None:
+    conn = mariadb.connect(database)
+    _fill(conn)
+    sources = tuple(f"{database}.{t}" for t in ("big", "nokey", "mine", "gone"))
+    good = BootstrapStore(str(tmp_path / "good"))
+    good.create(end_scn(conn), sources)
+    other = BootstrapStore(str(tmp_path / "other"))
+    other.create(999 << 32, sources)  # a log that starts beyond this server's binlog
+    anonymous = reader_url.replace(":p%2Fw%23%3F@", "@")
+
+    def seed(*extra: str, url: str = reader_url, store: str = good.uri) -> str:
+        result = run_sluice(
+            "bootstrap", "seed", "--source", url, "--store", store, *extra, timeout=60
+        )
+        assert result.returncode == 2, (extra, result.stdout, result.stderr)
+        lines = [line for line in result.stderr.splitlines() if line.startswith("sluice: error")]
+        assert len(lines) == 1, result.stderr
+        assert "p/w#?" not in result.stderr and "p%2Fw" not in result.stderr
+        return lines[0]
+
+    assert "unknown table" in seed("--table", sources[3])
+    assert "has no primary key" in seed("--table", sources[1])
+    assert "ADD PRIMARY KEY" in seed("--table", sources[1])
+    assert "MyISAM" in seed("--table", sources[2])
+    assert "another server" in seed("--table", sources[0], store=other.uri)
+    assert "at least 1" in seed("--table", sources[0], "--chunk-rows", "0")
+    assert "refused the login" in seed("--table", sources[0], url=anonymous)
+    assert "does not capture" in seed("--table", f"{database}.elsewhere")
+    assert "not a Sluice bootstrap store" in seed(
+        "--table", sources[0], store=str(tmp_path / "none")
+    )
+    for store in (good, other):
+        assert not (Path(store.root) / "seeds").exists()
+        assert sorted(p.name for p in Path(store.root).iterdir()) == ["sluice-store.json"]
+    nope = run_sluice("bootstrap", "nope")
+    assert nope.returncode == 2 and "invalid choice" in nope.stderr
+    conn.close()
