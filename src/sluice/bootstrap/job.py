@@ -131,6 +131,9 @@ class BootstrapJob:
             "sources": ",".join(self.config.sources),
             "startingScn": str(start),
             "includeRaw": "true",
+            # A job that fell behind the relay's buffer (stopped for an hour, a burst bigger
+            # than the buffer) reads the missing range from the source's binlog via the relay.
+            "coldRead": "true",
         }
 
     def _prepare(self) -> int:
@@ -139,11 +142,6 @@ class BootstrapJob:
         fetcher.check_sources()
         stats = fetcher.relay_stats()
         start = int(stats["min_scn"]) if self.config.since_scn is None else self.config.since_scn
-        if start < int(stats["min_scn"]):
-            raise SluiceError(
-                f"the relay no longer holds SCN {start} (oldest {stats['min_scn']})"
-                "; start the bootstrap store at a held SCN"
-            )
         return self.store.create(start, self.config.sources).log_start_scn
 
     def run(self) -> None:

@@ -83,16 +83,20 @@ class BootstrapStore:
                     "store (their history before now is not in this log)"
                 )
             return meta
-        info = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
-        if info:
-            raise ConfigError(
-                f"{self.uri} is not empty and not a Sluice bootstrap store; "
-                "give an empty or new directory"
-            )
+        self.check_empty()
         self.write_json(
             {"log_start_scn": log_start_scn, "sources": list(sources), "format": 1}, MARKER
         )
         return StoreMeta(log_start_scn, sources)
+
+    def check_empty(self) -> None:
+        """Refuse a directory that holds something other than a store."""
+        info = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        if [i for i in info if not i.base_name.endswith(".tmp")] and not self.exists(MARKER):
+            raise ConfigError(
+                f"{self.uri} is not empty and not a Sluice bootstrap store; "
+                "give an empty or new directory"
+            )
 
     def meta(self) -> StoreMeta:
         if not self.exists(MARKER):

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import signal
 import sys
+import threading
 from typing import Any
 
 from sluice.cli.common import scn_arg, serve_until_signal
@@ -195,9 +196,37 @@ def _compact(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from sluice.bootstrap.server import BootstrapServer  # noqa: PLC0415
 
+    if not _wait_for_store(args.store):
+        return 0
     server = BootstrapServer(args.store, args.host, args.port)
     return asyncio.run(
         serve_until_signal(
             server, lambda: f"sluice bootstrap serving on http://{args.host}:{server.port}"
         )
     )
+
+
+def _wait_for_store(uri: str) -> bool:
+    """A store that does not exist yet (``serve`` started beside ``run``) is waited for,
+    said once; a directory that is something else is an error. False: stopped by a signal."""
+    from sluice.bootstrap.store import MARKER, BootstrapStore  # noqa: PLC0415
+
+    store = BootstrapStore(uri)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    said = False
+    while not store.exists(MARKER):
+        store.check_empty()
+        if not said:
+            print(
+                f"waiting for the bootstrap store {store.uri} (start `sluice bootstrap run`)",
+                file=sys.stderr,
+                flush=True,
+            )
+            said = True
+        if stop.wait(1.0):
+            return False
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    return True

@@ -33,6 +33,7 @@ class Relay(AsyncComponent):
         self.registry = SchemaRegistry(config.data_dir / "schemas")
         self.capture_error: SluiceError | None = None
         self.clients = 0
+        self.cold_reads = 0
         self.bytes_served = 0
         self.port = config.port
         self.changed = asyncio.Event()
@@ -194,6 +195,7 @@ class Relay(AsyncComponent):
             "bytes": buffer.bytes_held,
             "buffer_capacity": buffer.capacity,
             "clients": self.clients,
+            "cold_reads": self.cold_reads,
             "bytes_served": self.bytes_served,
             "sources": list(self.tables),
             "uptime_s": round(time.time() - self._started_at, 1),

@@ -14,6 +14,7 @@ from sluice.core import wire
 from sluice.core.buffer import EventBuffer
 from sluice.core.requests import HttpProblem, StreamRequest, parse_offsets, parse_stream
 from sluice.errors import BootstrapRequired, SchemaError
+from sluice.relay.cold import MAX_COLD_READS, ColdRead
 from sluice.schemas.events import decode_window
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text
 
@@ -102,6 +103,8 @@ class _Api:
         )
         buffer = relay.buffer
         if req.since_scn < buffer.start_scn:
+            if request.query.get("cold") == "true" and req.since_scn > 0:
+                return await self._cold(request, req)
             raise HttpProblem(
                 410,
                 f"since_scn {req.since_scn} is older than this relay holds; the oldest "
@@ -134,6 +137,38 @@ class _Api:
         finally:
             relay.clients -= 1
         return response
+
+    async def _cold(self, request: web.Request, req: StreamRequest) -> web.StreamResponse:
+        """Windows older than the buffer, read again from the source (relay/cold.py)."""
+        relay = self.relay
+        if relay.cold_reads >= MAX_COLD_READS:
+            raise HttpProblem(503, "too many cold reads at once; retry in a second")
+        relay.cold_reads += 1
+        cold = ColdRead(relay, req.since_scn, relay.buffer.start_scn)
+        try:
+            await cold.start()
+            response = web.StreamResponse(
+                headers={
+                    "Content-Type": "application/x-ndjson" if req.json else BINARY_TYPE,
+                    "X-Sluice-Max-Scn": str(relay.buffer.max_scn),
+                    "Cache-Control": "no-store",
+                }
+            )
+            await response.prepare(request)
+            streamer = _Streamer(relay, req, response)
+            last = req.since_scn
+            async for record in cold.windows():
+                last = wire.read_window_header(record).scn
+                await streamer._send([record])
+                if streamer.sent >= req.max_bytes:
+                    break
+            if not req.json:  # so filtered readers move on, to the buffer's range if done
+                await response.write(wire.encode_heartbeat(cold.until if cold.reached else last))
+            await response.write_eof()
+            return response
+        finally:
+            relay.cold_reads -= 1
+            await cold.close()
 
 
 def _held_windows(buffer: EventBuffer, since_scn: int) -> Iterator[bytes]:

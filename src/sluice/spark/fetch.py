@@ -94,6 +94,8 @@ class Fetcher:
             params["sources"] = ",".join(self.options.sources)
         if count > 1:
             params["partition"] = f"{index}/{count}"
+        if self.options.cold_read:
+            params["cold"] = "true"
         return params
 
     def windows(self, start: int, end: int, index: int, count: int) -> Iterator[bytes]:

@@ -22,6 +22,7 @@ class SourceOptions:
     typed: bool
     include_raw: bool  # internal: seq, key_hash and payload for the bootstrap store
     arrow: bool = True  # False yields tuples (slower; kept for the benchmark)
+    cold_read: bool = False  # ask relays for ranges older than their buffer (from the binlog)
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -82,4 +83,5 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         typed=typed,
         include_raw=_flag(options, "includeraw"),
         arrow=options.get("arrow", "true").strip().lower() != "false",
+        cold_read=_flag(options, "coldread"),
     )

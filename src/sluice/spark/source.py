@@ -83,7 +83,7 @@ class _Reading:
             boot = self.fetcher.bootstrap_stats()
             if scn == 0 or scn < int(boot["log_start_scn"]):
                 return {"scn": 0, "phase": "snapshot"}
-        elif scn < int(stats["min_scn"]):
+        elif scn < int(stats["min_scn"]) and not (self.options.cold_read and scn > 0):
             raise BootstrapRequired(
                 f"startingScn {scn} is older than the relay holds (oldest {stats['min_scn']}); "
                 "set option bootstrap, or startingScn=earliest",

@@ -1,0 +1,98 @@
+"""Cold reads: a range older than the event buffer, read again from the source's binlog.
+
+A consumer that opts in (``/stream?...&cold=true``, the bootstrap job does) and asks for
+``since_scn`` older than the buffer gets the windows ``(since_scn, buffer start]`` from a
+short-lived capture of its own, in the same wire format; then a heartbeat at the buffer's start
+so it continues from the buffer. Binlog files written with ``binlog_row_metadata=FULL``
+describe their own columns, so old events decode as they were written. Only when the source
+no longer has those binlog files is the answer 410 (the consumer must bootstrap or re-seed).
+Cold reads are few at a time (each is a binlog dump connection on the source).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
+from sluice.core import wire
+from sluice.core.requests import HttpProblem
+from sluice.errors import SluiceError
+from sluice.relay.handoff import Handoff
+
+if TYPE_CHECKING:
+    from sluice.relay.relay import Relay
+
+log = logging.getLogger(__name__)
+MAX_COLD_READS = 2
+
+
+class ColdRead:
+    """One cold range: ``async for record in cold.windows()``; ``close()`` always."""
+
+    def __init__(self, relay: Relay, since: int, until: int) -> None:
+        self.relay, self.since, self.until = relay, since, until
+        loop = asyncio.get_running_loop()
+        self._queue: Handoff[CapturedWindow | SluiceError] = Handoff(loop, 64)
+        self._closed = False
+        self.reached = False
+        url = parse_source_url(relay.config.source.get_secret_value())
+        self._capture = MySQLCapture(
+            url.params(),
+            relay.tables,
+            relay.registry,
+            self._sink,
+            on_fatal=self._fatal,
+            max_window_bytes=relay.buffer.capacity,
+        )
+
+    def _sink(self, window: CapturedWindow) -> None:
+        self._queue.put(window, lambda: self._closed)
+
+    def _fatal(self, error: SluiceError) -> None:
+        if not self._closed:
+            self._queue.put(error, lambda: self._closed)
+
+    async def start(self) -> None:
+        try:
+            await asyncio.to_thread(self._capture.check)
+            await asyncio.to_thread(self._capture.start, self.since)
+        except SluiceError as exc:
+            raise HttpProblem(
+                410,
+                f"since_scn {self.since} is older than this relay holds (oldest "
+                f"{self.until}) and cannot be read again from the source: {exc}",
+                oldest_scn=self.until,
+            ) from None
+        log.info("cold read of SCNs %d..%d from the source's binlog", self.since, self.until)
+
+    async def windows(self) -> AsyncIterator[bytes]:
+        """Windows after ``since`` up to ``until``; ``reached`` tells whether it got there."""
+        prev = self.since
+        while not self.reached:
+            try:
+                items = await asyncio.wait_for(self._queue.get_all(), 0.5)
+            except TimeoutError:
+                # No captured window may end exactly at ``until`` (a relay's first SCN is
+                # where it started): the binlog reader having passed it is enough.
+                self.reached = self._capture.stats.last_scn >= self.until
+                continue
+            for item in items:
+                if isinstance(item, SluiceError):
+                    raise item
+                if item.scn <= self.since:
+                    continue
+                if item.scn > self.until:
+                    self.reached = True
+                    return
+                yield wire.encode_window(item.scn, prev, item.ts_ms, item.events)
+                prev = item.scn
+                if item.scn == self.until:
+                    self.reached = True
+                    return
+
+    async def close(self) -> None:
+        self._closed = True
+        await asyncio.to_thread(self._capture.stop)
