@@ -178,6 +178,12 @@ def test_seed_reads_every_chunk_in_parallel_and_records_it(seeded: dict[str, Any
     assert SeedRecords(store).seeded(f"{DB}.alltypes") == by_source[f"{DB}.alltypes"]
     assert report.snapshot_scn is not None
     assert EXISTING * 0.95 < by_source[f"{DB}.alltypes"].rows < EXISTING * 1.05
+    tables = get_json(seeded["server"].url + "/stats")["tables"]
+    for source in SOURCES:
+        assert tables[source]["seeded"] == by_source[source].to_json()
+        assert tables[source]["seed_in_snapshot"] == by_source[source].generation
+        assert tables[source]["log"] == {"first_scn": store.meta().log_start_scn, "gaps": []}
+        assert tables[source]["snapshot_scn"] == store.current_snapshot()
 
 
 def test_a_consumer_from_scn_0_gets_whole_tables(seeded: dict[str, Any]) -> None:
@@ -249,3 +255,40 @@ def test_reseeding_one_table_replaces_its_rows_only(
         until_caught_up=True
     )
     assert_replica_equals(replica, conn, SOURCES)
+
+
+def test_a_table_added_later_is_logged_from_then_on_and_seeded(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Any, spark: Any
+) -> None:
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        for name in ("first", "later"):
+            cur.execute(f"CREATE TABLE {name} (id INT PRIMARY KEY, v INT) ENGINE=InnoDB")
+            cur.execute(f"INSERT INTO {name} SELECT seq, seq FROM seq_1_to_300")
+    first, later = f"{database}.first", f"{database}.later"
+    store = str(tmp_path / "store")
+    with RelayThread(relay_config(mariadb, [first], tmp_path / "relay")) as relay:
+        BootstrapJob(JobConfig((relay.url,), (first,), store, once=True), spark).run()
+    with conn.cursor() as cur:
+        cur.execute("UPDATE later SET v = -v WHERE id <= 10")  # before the relay sees it
+    with RelayThread(relay_config(mariadb, [first, later], tmp_path / "relay")) as relay:
+        with conn.cursor() as cur:
+            cur.execute("UPDATE later SET v = 0 WHERE id > 290")
+            cur.execute("UPDATE first SET v = 0 WHERE id > 290")
+        wait_relay_caught_up(relay.url, conn)
+        job = BootstrapJob(
+            JobConfig(
+                (relay.url,), (first, later), store, once=True, seed=parse_source_url(mariadb.url)
+            ),
+            spark,
+        )
+        job.run()
+        meta = BootstrapStore(store).meta()
+        assert meta.sources == (first, later) and meta.start_of(later) > meta.start_of(first)
+        with ServiceThread(BootstrapServer(store, port=0)) as server:
+            replica = ReplicaConsumer()
+            Client(
+                ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url), replica
+            ).run(until_caught_up=True)
+    assert_replica_equals(replica, conn, [first, later])
+    conn.close()

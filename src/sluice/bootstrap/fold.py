@@ -35,7 +35,7 @@ SNAPSHOT_DDL = (
 def check_coverage(store: BootstrapStore, seeded: Seeded) -> None:
     """Refuse seeded rows older than the log: changes between them and the log's start are in
     neither, so a snapshot built from them could be stale."""
-    start = store.meta().log_start_scn
+    start = store.meta().start_of(seeded.source)
     if seeded.min_scn < start:
         raise ConfigError(
             f"seeded rows of {seeded.source} are at SCN {seeded.min_scn}, older than this "

@@ -142,7 +142,10 @@ class BootstrapJob:
         fetcher.check_sources()
         stats = fetcher.relay_stats()
         start = int(stats["min_scn"]) if self.config.since_scn is None else self.config.since_scn
-        return self.store.create(start, self.config.sources).log_start_scn
+        # A source new to an existing store is logged from the relay's newest SCN on (the
+        # stream resumes from its checkpoint, which is no later); its older rows need a seed.
+        meta = self.store.create(start, self.config.sources, new_source_start=int(stats["max_scn"]))
+        return meta.log_start_scn
 
     def run(self) -> None:
         """Run until ``stop()``; a failure is raised and also kept in ``error``."""

@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from sluice.bootstrap.reader import StoreReader
+from sluice.bootstrap.seed.records import SeedRecords
 from sluice.bootstrap.store import BootstrapStore
 from sluice.core import wire
 from sluice.core.component import AsyncComponent
@@ -67,7 +68,8 @@ class BootstrapServer(AsyncComponent):
     # -- handlers ----------------------------------------------------------------------------
     def _stats(self) -> dict[str, Any]:
         view = self.reader.view()
-        snapshot = self.reader.store.current_snapshot()
+        current = self.reader.store.current() or {}
+        snapshot = current.get("scn")
         return {
             "log_start_scn": self.reader.meta.log_start_scn,
             "min_scn": self.reader.meta.log_start_scn,
@@ -77,7 +79,24 @@ class BootstrapServer(AsyncComponent):
             "snapshots": dict.fromkeys(self.sources, snapshot),
             "sources": list(self.sources),
             "rows_served": self.rows_served,
+            "tables": self._tables(current),
         }
+
+    def _tables(self, current: dict[str, Any]) -> dict[str, Any]:
+        """Per table: its seed, what the log covers, and the snapshot that serves it."""
+        records = SeedRecords(self.reader.store)
+        out: dict[str, Any] = {}
+        for source in self.sources:
+            seeded = records.seeded(source)
+            out[source] = {
+                "seeded": None if seeded is None else seeded.to_json(),
+                "seed_in_snapshot": current.get("seeds", {}).get(source),
+                # Gaps never exist: a job behind the relay reads the range from the source's
+                # binlog through the relay (cold read), or stops with an error.
+                "log": {"first_scn": self.reader.meta.start_of(source), "gaps": []},
+                "snapshot_scn": current.get("scn"),
+            }
+        return out
 
     async def stats(self, request: web.Request) -> web.Response:
         return json_response(200, await asyncio.to_thread(self._stats))

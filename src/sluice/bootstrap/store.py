@@ -37,6 +37,11 @@ _FOLD_LOCK = threading.Lock()
 class StoreMeta:
     log_start_scn: int
     sources: tuple[str, ...]
+    added: tuple[tuple[str, int], ...] = ()  # sources added later, with where their log starts
+
+    def start_of(self, source: str) -> int:
+        """The SCN after which the log holds every change of ``source``."""
+        return dict(self.added).get(source, self.log_start_scn)
 
 
 class BootstrapStore:
@@ -73,15 +78,28 @@ class BootstrapStore:
         self.fs.move(tmp, target)
 
     # -- marker ------------------------------------------------------------------------------
-    def create(self, log_start_scn: int, sources: tuple[str, ...]) -> StoreMeta:
-        """Initialise a new store, or check an existing one was made for the same sources."""
+    def create(
+        self, log_start_scn: int, sources: tuple[str, ...], *, new_source_start: int | None = None
+    ) -> StoreMeta:
+        """Initialise a new store, or check an existing one was made for the same sources.
+        With ``new_source_start``, sources it lacks are added, their log starting there
+        (their earlier rows come from a seed)."""
         if self.exists(MARKER):
             meta = self.meta()
-            if set(sources) - set(meta.sources):
+            new = [s for s in sources if s not in meta.sources]
+            if new and new_source_start is None:
                 raise ConfigError(
                     f"store {self.uri} holds {', '.join(meta.sources)}; new sources need a new "
                     "store (their history before now is not in this log)"
                 )
+            if new:
+                assert new_source_start is not None
+                body = self.read_json(MARKER)
+                body["sources"] = [*meta.sources, *new]
+                body["added"] = {**body.get("added", {}), **dict.fromkeys(new, new_source_start)}
+                self.write_json(body, MARKER)
+                log.info("store %s now also logs %s (seed them)", self.uri, ", ".join(new))
+                return self.meta()
             return meta
         self.check_empty()
         self.write_json(
@@ -106,7 +124,8 @@ class BootstrapStore:
             )
         try:
             body = self.read_json(MARKER)
-            return StoreMeta(int(body["log_start_scn"]), tuple(body["sources"]))
+            added = tuple((str(k), int(v)) for k, v in body.get("added", {}).items())
+            return StoreMeta(int(body["log_start_scn"]), tuple(body["sources"]), added)
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{self.uri}/{MARKER} is corrupt: {exc}") from None
 

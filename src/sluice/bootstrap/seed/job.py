@@ -90,7 +90,7 @@ class SeedJob:
                 raise ConfigError(f"{exc} (or set SLUICE_SOURCE_PASSWORD)") from None
             raise
         try:
-            return self._plan_all(conn, meta.log_start_scn)
+            return self._plan_all(conn, min(meta.start_of(t) for t in self.config.tables))
         except SourceSetupError as exc:
             raise ConfigError(str(exc), source=exc.source) from None
         finally:
