@@ -228,28 +228,31 @@ def test_spark_read_from_scn_0_equals_the_source(seeded: dict[str, Any], spark: 
 def test_reseeding_one_table_replaces_its_rows_only(
     seeded: dict[str, Any], spark: Any, mariadb: PrivateMariaDB
 ) -> None:
-    """A table seeded again is replaced in the first generation after it (once the log has
-    moved past the current one); the other table keeps its rows."""
+    """A table seeded again is replaced in the generation the seed publishes (at once, even on
+    an idle log: same SCN, a new folder); the other table keeps its rows."""
     store, conn = seeded["store"], seeded["conn"]
     relay, server = seeded["relay"], seeded["server"]
     before = store.current()
     assert before is not None and set(before["seeds"]) == set(SOURCES)
     orders = SOURCES[1]
-    with conn.cursor() as cur:  # a row the next seed must not lose: deleted, then re-seeded
-        cur.execute("DELETE FROM orders WHERE region = 'eu' AND num < 100")
-        cur.execute("UPDATE orders SET item = 'reseeded' WHERE region = 'ap' AND num < 100")
     again = SeedJob(SeedConfig(parse_source_url(mariadb.url), (orders,), store.uri, 5000))
     again.prepare()
     report = again.run(spark)
     assert report.seeded[0].chunks in (4, 5)
-    # Nothing new in the log yet: the generation stays, the seed waits for the next fold.
-    assert report.snapshot_scn == before["scn"] and store.current() == before
+    after = store.current()
+    assert after is not None and report.snapshot_scn == after["scn"] == before["scn"]
+    assert after["dir"] != before["dir"]
+    assert store.snapshot_dir(after["scn"]).endswith(after["dir"])
+    assert after["seeds"] == {**before["seeds"], orders: before["seeds"][orders] + 1}
+    with conn.cursor() as cur:  # then the log moves on: an ordinary incremental fold
+        cur.execute("DELETE FROM orders WHERE region = 'eu' AND num < 100")
+        cur.execute("UPDATE orders SET item = 'later' WHERE region = 'ap' AND num < 100")
     job = BootstrapJob(JobConfig((relay.url,), tuple(SOURCES), store.uri, once=True), spark)
     wait_relay_caught_up(relay.url, conn)
     job.run()
-    after = store.current()
-    assert after is not None and after["scn"] > before["scn"]
-    assert after["seeds"] == {**before["seeds"], orders: before["seeds"][orders] + 1}
+    latest = store.current()
+    assert latest is not None and latest["scn"] > after["scn"]
+    assert latest["seeds"] == after["seeds"]
     replica = ReplicaConsumer()
     Client(ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url), replica).run(
         until_caught_up=True

@@ -65,14 +65,9 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
         spark.read.schema(LOG_DDL).parquet(store.spark_path("log")) if store.has_log() else None
     )
     newest = max(meta.log_start_scn, _max_scn(changes) if changes is not None else 0)
-    if previous is not None and newest <= previous:
-        if fresh:
-            log.info(
-                "seeded rows of %s wait for the log to move past SCN %d",
-                ", ".join(sorted(fresh)),
-                previous,
-            )
+    if previous is not None and newest <= previous and not fresh:
         return previous
+    newest = max(newest, previous or 0)  # new seeds on an idle log: a new folder, same SCN
     if changes is None and not fresh and previous is None:
         return None
     parts = []
@@ -92,8 +87,9 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
         paths = records.chunk_paths(seeded)
         seeded_rows = spark.read.schema(SNAPSHOT_DDL).parquet(*paths)
         parts.append(seeded_rows.select(*SNAPSHOT_COLUMNS).withColumn("op", F.lit("r")))
-    _write(parts, store.spark_path(store.snapshot_dir(newest)))
-    store.publish(newest, {**done_seeds, **{s: r.generation for s, r in fresh.items()}})
+    folder = store.new_snapshot_dir(newest)
+    _write(parts, store.spark_path("snapshots", folder))
+    store.publish(newest, {**done_seeds, **{s: r.generation for s, r in fresh.items()}}, folder)
     log.info(
         "snapshot at SCN %d published in %.1f s (%s%s)",
         newest,

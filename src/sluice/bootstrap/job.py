@@ -121,6 +121,7 @@ class BootstrapJob:
         self._stop = threading.Event()
         self.query: Any = None
         self.error: BaseException | None = None
+        self.seeded = config.seed is None  # True once its seed (if any) is published
 
     def stop(self) -> None:
         self._stop.set()
@@ -203,11 +204,13 @@ class BootstrapJob:
         missing = tuple(s for s in self.config.sources if records.seeded(s) is None)
         if not missing:
             log.info("every source of %s is seeded already", self.store.uri)
+            self.seeded = True
             return
         chunk_rows = self.config.seed_chunk_rows or DEFAULT_CHUNK_ROWS
         job = SeedJob(SeedConfig(source, missing, self.store.uri, chunk_rows), progress=log.info)
         job.prepare()
         report = job.run(spark)
+        self.seeded = True
         log.info(
             "seeded %s: %d rows; snapshot at SCN %s",
             ", ".join(missing),

@@ -73,7 +73,7 @@ class StoreReader:
         self.registry = SchemaRegistry()
         self._lock = threading.Lock()
         self._view: _LogView | None = None
-        self._snapshots: dict[tuple[int, str], pa.Table] = {}
+        self._snapshots: dict[str, pa.Table] = {}  # by folder (one SCN can be republished)
 
     # -- log ---------------------------------------------------------------------------------
     def view(self) -> _LogView:
@@ -121,12 +121,12 @@ class StoreReader:
 
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot_table(self, scn: int, source: str) -> pa.Table:
-        key = (scn, source)
+        folder = self.store.path(self.store.snapshot_dir(scn), f"source={source}")
+        key = folder
         with self._lock:
             cached = self._snapshots.get(key)
         if cached is not None:
             return cached
-        folder = self.store.path(self.store.snapshot_dir(scn), f"source={source}")
         if self.store.fs.get_file_info(folder).type == pafs.FileType.NotFound:
             table = pa.table({"key": pa.array([], pa.string())})
         else:
@@ -135,7 +135,10 @@ class StoreReader:
             )
             table = table.sort_by([("key", "ascending")])
         with self._lock:
-            self._snapshots = {k: v for k, v in self._snapshots.items() if k[0] == scn}
+            generation = folder.rsplit("/", 1)[0]
+            self._snapshots = {
+                k: v for k, v in self._snapshots.items() if k.rsplit("/", 1)[0] == generation
+            }
             self._snapshots[key] = table
         return table
 

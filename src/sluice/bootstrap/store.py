@@ -160,24 +160,47 @@ class BootstrapStore:
         return body
 
     def snapshot_dir(self, scn: int) -> str:
+        """The folder of generation ``scn``: the current one's as CURRENT names it (a re-seed
+        on an idle log republishes at the same SCN into ``scn=N.K``), else ``scn=N``."""
+        current = self.current()
+        if current is not None and int(current["scn"]) == scn and "dir" in current:
+            return f"snapshots/{current['dir']}"
         return f"snapshots/scn={scn}"
 
-    def publish(self, scn: int, seeds: dict[str, int] | None = None) -> None:
-        """Make generation ``scn`` current; ``seeds``: the seed generation of each seeded
-        source folded into it (so the next fold knows which seeds are new)."""
-        self.write_json({"scn": scn, "seeds": seeds or {}}, "snapshots", "CURRENT")
-        self._prune(scn)
+    def new_snapshot_dir(self, scn: int) -> str:
+        """A folder for a new generation at ``scn`` that no reader is using."""
+        name, k = f"scn={scn}", 1
+        while self.exists("snapshots", name):
+            k += 1
+            name = f"scn={scn}.{k}"
+        return name
 
-    def _prune(self, current: int) -> None:
+    def publish(self, scn: int, seeds: dict[str, int] | None = None, name: str = "") -> None:
+        """Make generation ``scn`` (in folder ``name``) current; ``seeds``: the seed generation
+        of each seeded source folded into it (so the next fold knows which seeds are new)."""
+        name = name or f"scn={scn}"
+        self.write_json({"scn": scn, "seeds": seeds or {}, "dir": name}, "snapshots", "CURRENT")
+        self._prune(name)
+
+    def _prune(self, current: str) -> None:
         selector = pafs.FileSelector(self.path("snapshots"), allow_not_found=True)
-        generations = sorted(
-            int(i.base_name.split("=", 1)[1])
-            for i in self.fs.get_file_info(selector)
-            if i.base_name.startswith("scn=") and i.type == pafs.FileType.Directory
+
+        def order(name: str) -> tuple[int, int]:
+            scn, _, k = name.split("=", 1)[1].partition(".")
+            return int(scn), int(k or 1)
+
+        names = sorted(
+            (
+                i.base_name
+                for i in self.fs.get_file_info(selector)
+                if i.base_name.startswith("scn=") and i.type == pafs.FileType.Directory
+            ),
+            key=order,
         )
-        for old in [g for g in generations if g < current][: -(KEEP_SNAPSHOTS - 1) or None]:
-            log.info("removing old snapshot generation %d", old)
-            self.fs.delete_dir(self.path(self.snapshot_dir(old)))
+        older = [n for n in names if order(n) < order(current)]
+        for old in older[: -(KEEP_SNAPSHOTS - 1) or None]:
+            log.info("removing old snapshot generation %s", old)
+            self.fs.delete_dir(self.path("snapshots", old))
 
     def has_log(self) -> bool:
         return self.exists("log")

@@ -154,17 +154,9 @@ def _seed(args: argparse.Namespace) -> int:
             f"seeded {seeded.source}: {seeded.rows} rows in {seeded.chunks} chunks at SCNs "
             f"{seeded.min_scn}..{seeded.max_scn}"
         )
-    folded = (job.store.current() or {}).get("seeds", {})
-    published = all(folded.get(s.source) == s.generation for s in report.seeded)
     print(
         f"bootstrap store {job.store.uri}: snapshot at SCN {report.snapshot_scn} "
         f"({report.rows} rows seeded in {report.seconds:.1f} s)"
-        + (
-            ""
-            if published
-            else "; the seeded rows wait for the log to move past it: the next fold of "
-            "`sluice bootstrap run` publishes them"
-        )
     )
     return 0
 
