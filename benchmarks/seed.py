@@ -67,7 +67,8 @@ class TreeRss:
 def _tree(root: int) -> dict[int, tuple[str, int]]:
     parents: dict[int, int] = {}
     info: dict[int, tuple[str, int]] = {}
-    for entry in os.listdir("/proc"):
+    for path in Path("/proc").iterdir():
+        entry = path.name
         if not entry.isdigit():
             continue
         try:
@@ -84,11 +85,10 @@ def _tree(root: int) -> dict[int, tuple[str, int]]:
         info[int(entry)] = (comm, rss * 1024)
     out: dict[int, tuple[str, int]] = {}
     for pid, (comm, rss) in info.items():
-        p, chain = pid, []
+        p = pid
         while p in parents and p != root and p > 1:
-            chain.append(p)
             p = parents[p]
-        if p != root and pid != root:
+        if root not in (p, pid):
             continue
         if pid == root:
             out[pid] = ("driver", rss)
@@ -163,6 +163,7 @@ def run(rows: int = 1_000_000, rounds: int = 2) -> dict[str, Any]:
             conn = db.connect()
             with conn.cursor() as cur:
                 cur.execute("CREATE DATABASE bench")
+                cur.execute("USE bench")
                 cur.execute(DDL)
                 for lo in range(1, rows + 1, 100_000):
                     cur.execute(FILL.format(lo=lo, hi=min(lo + 99_999, rows)))
@@ -194,7 +195,7 @@ def _rounds(db: PrivateMariaDB, work: Path, spark: Any, rows: int, rounds: int) 
         jdbc8.append(_jdbc(spark, db.port, str(work / f"jdbc8-{n}"), 8))
         dumps.append(_dump(db.port, work / f"dump{n}.sql"))
     best = min(seeds, key=lambda s: s["seconds"])
-    jdbc = min(min(jdbc2), min(jdbc8))
+    jdbc = min(*jdbc2, *jdbc8)
     return {
         "rows": rows,
         "columns": 11,
