@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 from benchmarks import capture, latency, report, serving, spark_path
@@ -16,6 +17,9 @@ def main() -> int:
     latency.run()
     print("\n== Spark: relay into Parquet, fold, snapshot serving ==")
     spark_path.run()
+    print("\n== seeding: sluice bootstrap seed vs spark.read.jdbc and mariadb-dump ==")
+    # Its own process: the JDBC baseline needs the driver jar on a JVM started with it.
+    subprocess.run([sys.executable, "-m", "benchmarks.seed"], check=True)
     print("\n== targets (issue 4) ==")
     report.run()
     return 0

@@ -171,6 +171,50 @@ def render() -> str:
                         f"{fold['fold_full_s_warm']} s warm ({fold['fold_full_s_cold']} s cold)",
                     ),
                     ("snapshot serving, one client", f"{_n(snap['rows_per_s'])} rows/s"),
+                    *(
+                        [
+                            (
+                                "relay -> bootstrap log (what `run` stores: payload + key)",
+                                f"{_n(pq['bootstrap_log_events_per_s'])} events/s "
+                                f"({pq['bootstrap_log_vs_spark_parquet']}x Spark's Parquet)",
+                            )
+                        ]
+                        if "bootstrap_log_events_per_s" in pq
+                        else []
+                    ),
+                ]
+            ),
+        ]
+    seed = _load("seed")
+    if seed:
+        rss = seed["peak_rss_mb"]
+        parts += [
+            "",
+            _md(
+                [
+                    (f"seeding {_n(seed['rows'])} rows x {seed['columns']} columns", "rows/s"),
+                    (
+                        f"`sluice bootstrap seed` ({seed['chunks']} chunks, incl. publishing)",
+                        f"{_n(seed['sluice_seed_rows_per_s'])}",
+                    ),
+                    (
+                        "`spark.read.jdbc` -> Parquet, 2 partitions",
+                        f"{_n(seed['spark_jdbc_2_partitions_rows_per_s'])} "
+                        f"(seed {seed['seed_vs_spark_jdbc']}x of the best JDBC)",
+                    ),
+                    (
+                        "`spark.read.jdbc` -> Parquet, 8 partitions",
+                        f"{_n(seed['spark_jdbc_8_partitions_rows_per_s'])}",
+                    ),
+                    (
+                        "`mariadb-dump --single-transaction`",
+                        f"{_n(seed['mariadb_dump_rows_per_s'])} "
+                        f"(seed {seed['seed_vs_mariadb_dump']}x)",
+                    ),
+                    (
+                        "seed peak RSS: driver / JVM / Python workers",
+                        f"{rss['driver']} / {rss['jvm']} / {rss['python workers']} MB",
+                    ),
                 ]
             ),
         ]

@@ -46,8 +46,8 @@ def _to_parquet(stream: Any, out: str) -> float:
     )
 
 
-def _relay_to_parquet(spark: Any, relay: str, out: str, arrow: bool) -> float:
-    reader = spark.readStream.format("sluice").option("relay", relay)
+def _relay_to_parquet(spark: Any, relay: str, out: str, arrow: bool, **options: str) -> float:
+    reader = spark.readStream.format("sluice").option("relay", relay).options(**options)
     stream = reader.option("arrow", str(arrow).lower()).option("partitions", "2").load()
     return _to_parquet(stream, out)
 
@@ -80,6 +80,10 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
             spark.read.format("sluice").option("relay", relay.url).load().count()
             tuples_s = _relay_to_parquet(spark, relay.url, str(work / "tuples"), False)
             arrow_s = _relay_to_parquet(spark, relay.url, str(work / "arrow"), True)
+            # What `bootstrap run` reads: raw payloads and keys, no JSON images.
+            store_s = _relay_to_parquet(
+                spark, relay.url, str(work / "log"), True, includeRaw="true", images="false"
+            )
         parquet_s = _parquet_to_parquet(spark, str(work / "arrow" / "data"), str(work / "pq"))
         conn.close()
     return {
@@ -87,6 +91,8 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
         "sluice_arrow_events_per_s": round(events / arrow_s),
         "sluice_tuples_events_per_s": round(events / tuples_s),
         "spark_parquet_events_per_s": round(events / parquet_s),
+        "bootstrap_log_events_per_s": round(events / store_s),
+        "bootstrap_log_vs_spark_parquet": round(parquet_s / store_s, 2),
         "arrow_vs_tuples": round(tuples_s / arrow_s, 2),
         "sluice_arrow_vs_spark_parquet": round(parquet_s / arrow_s, 2),
     }
@@ -206,6 +212,14 @@ def run(events: int = 300_000, changes: int = 3_000_000, keys: int = 1_000_000) 
                 (
                     "Parquet->Parquet, Spark's own source",
                     f"{stream['spark_parquet_events_per_s']} ev/s",
+                ),
+                (
+                    "relay->bootstrap log (raw payload + key, what `run` stores)",
+                    f"{stream['bootstrap_log_events_per_s']} ev/s",
+                ),
+                (
+                    "bootstrap log vs Spark Parquet",
+                    f"{stream['bootstrap_log_vs_spark_parquet']}x",
                 ),
                 ("Arrow vs tuples", f"{stream['arrow_vs_tuples']}x"),
                 ("sluice (Arrow) vs Spark Parquet", f"{stream['sluice_arrow_vs_spark_parquet']}x"),

@@ -14,6 +14,7 @@ import pytest
 
 from sluice.bootstrap.fold import fold
 from sluice.bootstrap.job import BootstrapJob, JobConfig
+from sluice.bootstrap.reader import snapshot_rows
 from sluice.bootstrap.server import BootstrapServer
 from sluice.bootstrap.store import BootstrapStore
 from sluice.client import Client, ClientConfig, FileCheckpointStore, MemoryCheckpointStore
@@ -166,12 +167,11 @@ def test_fold_snapshot_equals_source_and_incremental_equals_full(
     store, source = pipeline["store"], pipeline["source"]
     scn = store.current_snapshot()
     assert scn is not None and scn == get_json(pipeline["server"].url + "/stats")["max_scn"]
-    path = store.spark_path(store.snapshot_dir(scn))
-    incremental = {r["key"]: json.loads(r["after"]) for r in spark.read.parquet(path).collect()}
+    incremental = snapshot_rows(store, source)
     truth = table_rows(source_conn, source)
     assert incremental == truth
     assert fold(spark, store, full=True) == scn
-    full = {r["key"]: json.loads(r["after"]) for r in spark.read.parquet(path).collect()}
+    full = snapshot_rows(store, source)
     assert full == incremental
     assert all(key == key_text(json.loads(key)) for key in full)
 

@@ -3,17 +3,16 @@ and bad input (one clear line, exit 2, nothing written to the store)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pymysql
 import pytest
 
+from sluice.bootstrap.reader import snapshot_rows
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.metadata import end_scn
 from sluice.testing import PrivateMariaDB
@@ -50,14 +49,8 @@ def _fill(conn: pymysql.Connection[Any]) -> None:
 
 
 def _snapshot_rows(store: BootstrapStore, source: str) -> dict[str, Any]:
-    scn = store.current_snapshot()
-    assert scn is not None
-    folder = Path(store.root) / store.snapshot_dir(scn) / f"source={source}"
-    rows: dict[str, Any] = {}
-    for path in folder.glob("*.parquet"):
-        for row in pq.read_table(path, columns=["key", "after"]).to_pylist():
-            rows[row["key"]] = json.loads(row["after"])
-    return rows
+    assert store.current_snapshot() is not None
+    return snapshot_rows(store, source)
 
 
 def test_seed_killed_midway_resumes_with_the_missing_chunks_only(

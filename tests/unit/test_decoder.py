@@ -112,6 +112,8 @@ def test_edge_values_and_odd_names(
     canonical = json.dumps(key, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert codec.decode_text(payload, canonical_key=True)[0] == canonical
     assert canonical == codec.key_text(row)
+    for image in ((None, row), (row, row), (row, None)):
+        assert codec.payload_key(codec.encode(*image)) == canonical
     assert json.loads(ours[0])["after"]['k "%s"'] == text
 
 
@@ -121,3 +123,13 @@ def test_snapshot_payload_keeps_only_the_current_image(before: Any, after: Any) 
     codec = RowCodec(SCHEMA)
     current = after if after is not None else before
     assert codec.snapshot_payload(codec.encode(before, after)) == codec.encode(None, current)
+
+
+@given(before=st.none() | row_values, after=st.none() | row_values)
+def test_payload_key_reads_only_the_key_yet_matches_the_full_decode(
+    before: Any, after: Any
+) -> None:
+    assume(before is not None or after is not None)
+    codec = RowCodec(SCHEMA)
+    payload = codec.encode(before, after)
+    assert codec.payload_key(payload) == codec.decode_text(payload, canonical_key=True)[0]

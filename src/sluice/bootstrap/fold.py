@@ -25,10 +25,12 @@ from sluice.spark.rows import GENERIC_DDL, RAW_DDL
 
 log = logging.getLogger(__name__)
 LOG_DDL = GENERIC_DDL + RAW_DDL + ", log_file long"
-SNAPSHOT_COLUMNS = ("source", "key", "key_hash", "scn", "seq", "schema_version", "payload", "after")
+# The payload is the row (Avro, its schema version's); no JSON copy of it is kept: the server
+# and the Spark source decode payloads, and `reader.snapshot_rows` does for direct readers.
+SNAPSHOT_COLUMNS = ("source", "key", "key_hash", "scn", "seq", "schema_version", "payload")
 SNAPSHOT_DDL = (
     "source string, key string, key_hash long, scn long, seq int, schema_version int, "
-    "payload binary, after string"
+    "payload binary"
 )
 
 

@@ -135,6 +135,8 @@ class BootstrapJob:
             # A job that fell behind the relay's buffer (stopped for an hour, a burst bigger
             # than the buffer) reads the missing range from the source's binlog via the relay.
             "coldRead": "true",
+            # The fold needs keys, not JSON images: the payload is kept whole in the log.
+            "images": "false",
         }
 
     def _prepare(self) -> int:

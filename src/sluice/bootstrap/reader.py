@@ -232,3 +232,27 @@ def _windows_of(table: pa.Table, flt: wire.Filter, prev: int) -> Iterator[bytes]
                 yield wire.encode_window(scn, prev, ts_ms, events)
                 prev = scn
             events = []
+
+
+def snapshot_rows(store: BootstrapStore, source: str) -> dict[str, dict[str, Any]]:
+    """``{canonical key: row}`` of the current snapshot of ``source``, rows as JSON values
+    (for tools and tests that read a store directly; consumers use the server)."""
+    reader = StoreReader(store)
+    scn = store.current_snapshot()
+    if scn is None:
+        return {}
+    table = reader.snapshot_table(scn, source)
+    if not table.num_rows:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    keys = table.column("key").to_pylist()
+    versions = table.column("schema_version").to_pylist()
+    for key, version, payload in zip(
+        keys, versions, table.column("payload").to_pylist(), strict=True
+    ):
+        _before, after = reader.codec(source, version).decode(
+            reader.codec(source, version).snapshot_payload(payload)
+        )
+        assert after is not None
+        out[key] = after
+    return out

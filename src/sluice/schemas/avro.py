@@ -9,7 +9,7 @@ from typing import Any
 
 from sluice.errors import SchemaError
 from sluice.schemas.columns import Column, avro_name, canonical_converter
-from sluice.schemas.decoder import envelope_text, envelope_values, row_end
+from sluice.schemas.decoder import envelope_text, envelope_values, key_text, row_end
 from sluice.schemas.encoder import envelope_encoder
 
 NAMESPACE = "sluice"
@@ -104,6 +104,7 @@ class RowCodec:
     )
     _values: Callable[[bytes], tuple[Any, Any, Any]] = field(init=False)
     _row_end: Callable[[bytes, int], int] | None = field(init=False, default=None)
+    _key_only: Callable[[bytes], str] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         index = {col.name: i for i, col in enumerate(self.schema.columns)}
@@ -160,6 +161,13 @@ class RowCodec:
             columns, key = self.schema.columns, self.schema.primary_key
             decode = self._text[canonical_key] = envelope_text(columns, key, canonical_key)
         return decode(payload)
+
+    def payload_key(self, payload: bytes) -> str:
+        """The canonical key text of a payload (as ``decode_text(..., True)[0]``), reading
+        only what leads to the key columns."""
+        if self._key_only is None:
+            self._key_only = key_text(self.schema.columns, self.schema.primary_key)
+        return self._key_only(payload)
 
     def snapshot_payload(self, payload: bytes) -> bytes:
         """The payload of an ``r`` event: the after image of ``payload``, no before image.

@@ -292,3 +292,53 @@ def envelope_text(
 ) -> Callable[[bytes], tuple[str, str, str]]:
     """``payload -> (key, before, after)`` as JSON text (``null`` when absent)."""
     return _envelope(row_text(columns, primary_key, canonical_key), "null")
+
+
+def _skip_lines(col: Column, indent: str) -> list[str]:
+    if col.kind in ("float", "double"):
+        return [f"{indent}pos += 8"]
+    if col.kind == "set":
+        return [f"{indent}_, pos = _set(data, pos)"]
+    if col.kind in _LONG_KINDS:
+        return [f"{indent}while data[pos] & 0x80: pos += 1", f"{indent}pos += 1"]
+    return [f"{indent}n, pos = _L(data, pos); pos += n"]
+
+
+def key_text(columns: Sequence[Column], primary_key: Sequence[str]) -> Callable[[bytes], str]:
+    """``payload -> canonical key JSON`` (sorted, compact; ``null`` without a key), reading
+    only up to the last key column of the image that names the key (the after image, else the
+    before image): what the bootstrap log needs, without decoding rows."""
+    if not primary_key:
+        return lambda _payload: "null"
+    index = {c.name: i for i, c in enumerate(columns)}
+    last = max(index[n] for n in primary_key)
+    gen = _Generator(text=True)
+    lines = ["def key(data, pos):"]
+    for i, col in enumerate(columns[: last + 1]):
+        union = isinstance(col.avro_type(), list)
+        indent = "        " if union else "    "
+        if union:
+            lines += ["    pos += 1", "    if data[pos - 1]:"]
+        if col.name in primary_key:
+            lines += [f"{indent}{line}" for line in gen.column(i, col)]
+        else:
+            lines += _skip_lines(col, indent)
+    names = sorted(primary_key)
+    key_format = (
+        "{" + ",".join(f"{encode_basestring(n).replace('%', '%%')}:%s" for n in names) + "}"
+    )
+    lines.append(f"    return {key_format!r} % ({_tuple([f'v{index[n]}' for n in names])})")
+    gen.env["_set"] = _set
+    exec("\n".join(lines), gen.env)
+    key: Callable[[bytes, int], str] = gen.env["key"]
+    end = row_end(columns)
+
+    def decode(payload: bytes) -> str:
+        if payload[0]:
+            pos = end(payload, 1)
+            if payload[pos]:
+                return key(payload, pos + 1)
+            return key(payload, 1)
+        return key(payload, 2)
+
+    return decode

@@ -23,6 +23,7 @@ class SourceOptions:
     include_raw: bool  # internal: seq, key_hash and payload for the bootstrap store
     arrow: bool = True  # False yields tuples (slower; kept for the benchmark)
     cold_read: bool = False  # ask relays for ranges older than their buffer (from the binlog)
+    images: bool = True  # internal: False leaves before/after null (the bootstrap log)
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -84,4 +85,5 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         include_raw=_flag(options, "includeraw"),
         arrow=options.get("arrow", "true").strip().lower() != "false",
         cold_read=_flag(options, "coldread"),
+        images=options.get("images", "true").strip().lower() != "false",
     )

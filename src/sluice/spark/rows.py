@@ -38,12 +38,17 @@ CodecLookup = Callable[[str, int], RowCodec]
 class GenericRows:
     """Accumulates events as the generic columns."""
 
-    def __init__(self, include_raw: bool, op_override: str | None = None) -> None:
+    def __init__(
+        self, include_raw: bool, op_override: str | None = None, images: bool = True
+    ) -> None:
         fields = GENERIC_ARROW + (RAW_ARROW if include_raw else [])
         self.schema = pa.schema([pa.field(n, t) for n, t in fields])
         self.columns: list[list[Any]] = [[] for _ in fields]
         self.include_raw = include_raw
         self.op_override = op_override
+        # Without images (the bootstrap log): before/after stay null, only the key is read
+        # from the payload, which the log keeps whole.
+        self.images = images
 
     def __len__(self) -> int:
         return len(self.columns[0])
@@ -53,7 +58,10 @@ class GenericRows:
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
         for seq, raw in enumerate(wire.decode_events(record)):
             codec = codec_for(raw.source, raw.schema_version)
-            key, before, after = codec.decode_text(raw.payload, canonical_key=True)
+            if self.images:
+                key, before, after = codec.decode_text(raw.payload, canonical_key=True)
+            else:
+                key, before, after = codec.payload_key(raw.payload), "null", "null"
             values: list[Any] = [
                 header.scn,
                 raw.source,

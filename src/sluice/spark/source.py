@@ -54,7 +54,7 @@ class _Reading:
         op = "r" if snapshot else None
         if self.typed_schema is not None:
             return TypedRows(self.typed_schema, op)
-        return GenericRows(self.options.include_raw, op)
+        return GenericRows(self.options.include_raw, op, images=self.options.images)
 
     def _read(self, part: ScnRange) -> Iterator[pa.RecordBatch]:
         if part.snapshot:

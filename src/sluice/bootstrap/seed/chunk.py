@@ -31,7 +31,6 @@ SNAPSHOT_ARROW = pa.schema(
         ("seq", pa.int32()),
         ("schema_version", pa.int32()),
         ("payload", pa.binary()),
-        ("after", pa.string()),
     ]
 )
 _BATCH = 8192
@@ -98,18 +97,16 @@ class _RowEncoder:
         self.version = codec.schema.version
 
     def batch(self, rows: list[list[Any]]) -> pa.RecordBatch:
-        encode, text = self.codec.encode, self.codec.decode_text
-        keys: list[str] = []
+        encode, key_text = self.codec.encode, self.codec.key_text
+        keys: list[str | None] = []
         hashes: list[int] = []
         payloads: list[bytes] = []
-        afters: list[str] = []
         for values in rows:
             payload = encode(None, values)  # what capture writes for an insert of this row
-            key, _before, after = text(payload, True)
+            key = key_text(values)  # the canonical key capture hashes (seeded tables have one)
             keys.append(key)
-            hashes.append(crc32(key.encode()))
+            hashes.append(crc32(key.encode()) if key is not None else crc32(payload))
             payloads.append(payload)
-            afters.append(after)
         n = len(rows)
         arrays = [
             pa.array([self.source] * n, pa.string()),
@@ -119,6 +116,5 @@ class _RowEncoder:
             pa.array([0] * n, pa.int32()),
             pa.array([self.version] * n, pa.int32()),
             pa.array(payloads, pa.binary()),
-            pa.array(afters, pa.string()),
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=SNAPSHOT_ARROW)
