@@ -149,6 +149,7 @@ def _seed(db: PrivateMariaDB, work: Path, spark: Any, n: int, chunk_rows: int) -
     return {
         "seconds": total,
         "plan_s": planned - began,
+        "read_s": report.read_seconds,
         "rows": report.rows,
         "chunks": len(job.plans[0].ranges),
         "peak_rss_mb": {k: round(v / 2**20) for k, v in rss.peak.items()},
@@ -202,6 +203,9 @@ def _rounds(db: PrivateMariaDB, work: Path, spark: Any, rows: int, rounds: int) 
         "chunks": best["chunks"],
         "sluice_seed_rows_per_s": round(rows / best["seconds"]),
         "sluice_seed_plan_s": round(best["plan_s"], 2),
+        "sluice_seed_read_chunks_s": round(best["read_s"], 2),
+        "sluice_seed_total_s": round(best["seconds"], 2),
+        "sluice_seed_read_rows_per_s": round(rows / best["read_s"]),
         "spark_jdbc_2_partitions_rows_per_s": round(rows / min(jdbc2)),
         "spark_jdbc_8_partitions_rows_per_s": round(rows / min(jdbc8)),
         "mariadb_dump_rows_per_s": round(rows / min(dumps)),

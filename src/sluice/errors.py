@@ -11,6 +11,7 @@ Tree::
     ├── SchemaError            unknown source or schema version
     ├── WindowTooLarge         a window does not fit in the event buffer
     ├── CheckpointError        a checkpoint is corrupt or from the future (not retriable)
+    ├── Interrupted            SIGINT/SIGTERM stopped a command; its work so far is kept
     └── RelayError             a relay answered with an error
         ├── RelayUnavailable   no relay could be reached (retriable)
         ├── BootstrapRequired  the relay no longer holds the requested SCN (HTTP 410)
@@ -63,6 +64,10 @@ class WindowTooLarge(SluiceError):
 
 class CheckpointError(SluiceError):
     """A checkpoint is corrupt, or ahead of what the relay has ever seen."""
+
+
+class Interrupted(SluiceError):
+    """SIGINT or SIGTERM stopped a command; what it finished is kept (run it again)."""
 
 
 class RelayError(SluiceError):

@@ -86,6 +86,35 @@ def test_seed_killed_midway_resumes_with_the_missing_chunks_only(
     conn.close()
 
 
+def test_sigterm_stops_a_seed_with_one_line_and_it_resumes(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str
+) -> None:
+    conn = mariadb.connect(database)
+    _fill(conn)
+    source = f"{database}.big"
+    store = BootstrapStore(str(tmp_path / "store"))
+    store.create(end_scn(conn), (source,))
+    args = ["bootstrap", "seed", "--source", reader_url, "--table", source, "--store", store.uri]
+    args += ["--chunk-rows", "500", "--parallelism", "1"]
+    seed = subprocess.Popen(
+        [*SLUICE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    gen = tmp_path / "store" / "seeds" / source / "gen=1"
+    wait_for(lambda: len(list(gen.glob("_done-*.json"))) >= 2, 120, "two chunks done")
+    seed.send_signal(signal.SIGTERM)
+    _out, err = seed.communicate(timeout=120)
+    assert seed.returncode == 130, err
+    assert [line for line in err.splitlines() if line.startswith("sluice:")] == [
+        "sluice: stopped: seed stopped by a signal; what it finished is kept: run it again "
+        "to resume"
+    ]
+    assert "Traceback" not in err and "Py4J" not in err and store.current_snapshot() is None
+    again = run_sluice(*args, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert _snapshot_rows(store, source) == table_rows(conn, source)
+    conn.close()
+
+
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str
 ) -> None:

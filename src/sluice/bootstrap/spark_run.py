@@ -13,14 +13,10 @@ from typing import Any, TypeVar
 from pyspark.errors import PySparkException
 
 from sluice.bootstrap.job import spark_failure, spark_session
-from sluice.errors import SluiceError
+from sluice.errors import Interrupted, SluiceError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-class Interrupted(SluiceError):
-    """SIGINT or SIGTERM stopped the command; its work so far is kept."""
 
 
 def run_spark_command(what: str, master: str | None, app: str, body: Callable[[Any], T]) -> T:
@@ -30,14 +26,19 @@ def run_spark_command(what: str, master: str | None, app: str, body: Callable[[A
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if not stopping.is_set():
             stopping.set()
-            spark.sparkContext.cancelAllJobs()  # the blocked Spark call returns with an error
+            # From another thread: this one is inside a Py4J call (its connection is busy).
+            # The blocked Spark call then returns with an error, reported as Interrupted.
+            threading.Thread(target=spark.sparkContext.cancelAllJobs, daemon=True).start()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return body(spark)
     except (PySparkException, Exception) as exc:
         if stopping.is_set():
-            raise Interrupted(f"{app} stopped by a signal; run it again to resume") from None
+            raise Interrupted(
+                f"{app.removeprefix('sluice-')} stopped by a signal; what it finished is kept: "
+                "run it again to resume"
+            ) from None
         if isinstance(exc, SluiceError):
             raise
         if isinstance(exc, PySparkException) or type(exc).__module__.startswith("py4j"):

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from sluice.cli import bootstrap, demo, relay, schema, tail
-from sluice.errors import ConfigError, SluiceError
+from sluice.errors import ConfigError, Interrupted, SluiceError
 
 log = logging.getLogger("sluice")
 
@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except KeyboardInterrupt:
+        return 130
+    except Interrupted as exc:
+        print(f"sluice: stopped: {exc}", file=sys.stderr)
         return 130
     except ConfigError as exc:
         print(f"sluice: error: {exc}", file=sys.stderr)

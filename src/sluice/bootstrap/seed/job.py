@@ -47,6 +47,7 @@ class SeedReport:
     chunks_read: int
     snapshot_scn: int | None
     seconds: float
+    read_seconds: float = 0.0  # of which reading chunks (the rest: planning, publishing)
 
     @property
     def rows(self) -> int:
@@ -176,11 +177,13 @@ class SeedJob:
             self.prepare()
         tasks = self.tasks()
         total = sum(len(p.ranges) for p in self.plans)
+        reading = time.monotonic()
         if tasks:
             self._run_tasks(spark, tasks, total)
+        read_s = time.monotonic() - reading
         seeded = tuple(self._finish(plan) for plan in self.plans)
         snapshot = fold(spark, self.store)
-        return SeedReport(seeded, len(tasks), snapshot, time.monotonic() - started)
+        return SeedReport(seeded, len(tasks), snapshot, time.monotonic() - started, read_s)
 
     def _run_tasks(self, spark: Any, tasks: list[ChunkTask], total: int) -> None:
         watcher = _ProgressWatcher(self, total, self.progress)
