@@ -18,7 +18,7 @@ from sluice.client import Client, ClientConfig, MemoryCheckpointStore
 from sluice.client.checkpoints import CheckpointStore
 from sluice.client.consumer import Consumer, JsonConsumer
 from sluice.relay import RelayConfig
-from sluice.testing import PrivateMariaDB, ReplicaConsumer, table_rows
+from sluice.testing import PrivateMariaDB, ReplicaConsumer, key_text, table_rows
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
@@ -101,3 +101,30 @@ def run_sluice(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[
     )
     assert "Traceback" not in result.stderr, result.stderr
     return result
+
+
+def spark_replica_from_scn_0(spark: Any, relay_url: str, bootstrap_url: str) -> dict[str, Any]:
+    """A bounded Spark read from SCN 0 (snapshot, then the log), folded to the latest row per
+    key: ``{source: {key: row}}``, plus the ops seen under ``"ops"``."""
+    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql.window import Window as SparkWindow
+
+    df = (
+        spark.read.format("sluice")
+        .option("relay", relay_url)
+        .option("bootstrap", bootstrap_url)
+        .option("startingScn", "0")
+        .load()
+    )
+    ops = {r["op"] for r in df.select("op").distinct().collect()}
+    latest = SparkWindow.partitionBy("source", "key").orderBy(F.col("scn").desc())
+    state = (
+        df.withColumn("n", F.row_number().over(latest))
+        .where("n = 1 AND op != 'd'")
+        .select("source", "key", "after")
+        .collect()
+    )
+    out: dict[str, Any] = {"ops": ops}
+    for r in state:
+        out.setdefault(r["source"], {})[key_text(json.loads(r["key"]))] = json.loads(r["after"])
+    return out

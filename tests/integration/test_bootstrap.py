@@ -29,6 +29,7 @@ from tests.integration.support import (
     http_status,
     relay_config,
     run_sluice,
+    spark_replica_from_scn_0,
     wait_relay_caught_up,
 )
 
@@ -195,28 +196,10 @@ def test_bootstrap_server_stats_and_errors(pipeline: dict[str, Any]) -> None:
 def test_spark_source_reads_snapshot_then_log(
     pipeline: dict[str, Any], source_conn: pymysql.Connection[Any], spark: Any
 ) -> None:
-    from pyspark.sql import functions as F  # noqa: N812
-    from pyspark.sql.window import Window as SparkWindow
-
     relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
-    df = (
-        spark.read.format("sluice")
-        .option("relay", relay.url)
-        .option("bootstrap", server.url)
-        .option("startingScn", "0")
-        .load()
-    )
-    ops = {r["op"] for r in df.select("op").distinct().collect()}
-    assert "r" in ops
-    latest = SparkWindow.partitionBy("key").orderBy(F.col("scn").desc())
-    state = (
-        df.withColumn("n", F.row_number().over(latest))
-        .where("n = 1 AND op != 'd'")
-        .select("key", "after")
-        .collect()
-    )
-    replica = {key_text(json.loads(r["key"])): json.loads(r["after"]) for r in state}
-    assert replica == table_rows(source_conn, source)
+    replica = spark_replica_from_scn_0(spark, relay.url, server.url)
+    assert "r" in replica["ops"]
+    assert replica[source] == table_rows(source_conn, source)
 
 
 def test_tail_with_bootstrap_from_the_beginning(

@@ -4,7 +4,6 @@ workload updates, deletes, inserts and moves keys; consumers from SCN 0 end equa
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 from collections.abc import Iterator
@@ -20,12 +19,13 @@ from sluice.bootstrap.server import BootstrapServer
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture import parse_source_url
 from sluice.client import Client, ClientConfig
-from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer, ServiceThread, key_text
+from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer, ServiceThread
 from sluice.testing.truth import table_rows
 from tests.integration.support import (
     assert_replica_equals,
     get_json,
     relay_config,
+    spark_replica_from_scn_0,
     wait_for,
     wait_relay_caught_up,
 )
@@ -197,32 +197,11 @@ def test_a_consumer_from_scn_0_gets_whole_tables(seeded: dict[str, Any]) -> None
 
 
 def test_spark_read_from_scn_0_equals_the_source(seeded: dict[str, Any], spark: Any) -> None:
-    from pyspark.sql import functions as F  # noqa: N812
-    from pyspark.sql.window import Window as SparkWindow
-
     relay, server, conn = seeded["relay"], seeded["server"], seeded["conn"]
-    df = (
-        spark.read.format("sluice")
-        .option("relay", relay.url)
-        .option("bootstrap", server.url)
-        .option("startingScn", "0")
-        .load()
-    )
-    latest = SparkWindow.partitionBy("source", "key").orderBy(F.col("scn").desc())
-    state = (
-        df.withColumn("n", F.row_number().over(latest))
-        .where("n = 1 AND op != 'd'")
-        .select("source", "key", "after", "op")
-        .collect()
-    )
-    assert "r" in {r["op"] for r in state}
+    replica = spark_replica_from_scn_0(spark, relay.url, server.url)
+    assert "r" in replica["ops"]
     for source in SOURCES:
-        replica = {
-            key_text(json.loads(r["key"])): json.loads(r["after"])
-            for r in state
-            if r["source"] == source
-        }
-        assert replica == table_rows(conn, source)
+        assert replica[source] == table_rows(conn, source)
 
 
 def test_reseeding_one_table_replaces_its_rows_only(

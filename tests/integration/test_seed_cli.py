@@ -53,20 +53,27 @@ def _snapshot_rows(store: BootstrapStore, source: str) -> dict[str, Any]:
     return snapshot_rows(store, source)
 
 
-def test_seed_killed_midway_resumes_with_the_missing_chunks_only(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str
-) -> None:
+def _seed_setup(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, url: str, chunk_rows: int
+) -> tuple[Any, str, BootstrapStore, list[str], Path]:
+    """A filled table, a store whose log starts now, the seed's arguments, its chunk folder."""
     conn = mariadb.connect(database)
     _fill(conn)
     source = f"{database}.big"
     store = BootstrapStore(str(tmp_path / "store"))
     store.create(end_scn(conn), (source,))
-    args = [*SLUICE, "bootstrap", "seed", "--source", reader_url, "--table", source]
-    args += ["--store", store.uri, "--chunk-rows", "1000", "--parallelism", "1"]
+    args = ["bootstrap", "seed", "--source", url, "--table", source, "--store", store.uri]
+    args += ["--chunk-rows", str(chunk_rows), "--parallelism", "1"]
+    return conn, source, store, args, tmp_path / "store" / "seeds" / source / "gen=1"
+
+
+def test_seed_killed_midway_resumes_with_the_missing_chunks_only(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str
+) -> None:
+    conn, source, store, args, gen = _seed_setup(mariadb, database, tmp_path, reader_url, 1000)
     first = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        [*SLUICE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
     )
-    gen = tmp_path / "store" / "seeds" / source / "gen=1"
     try:
         wait_for(lambda: len(list(gen.glob("_done-*.json"))) >= 3, 120, "three chunks done")
     finally:
@@ -75,7 +82,7 @@ def test_seed_killed_midway_resumes_with_the_missing_chunks_only(
     done_before = len(list(gen.glob("_done-*.json")))
     assert 3 <= done_before < 31 and store.current_snapshot() is None
 
-    second = run_sluice(*args[3:], timeout=300)
+    second = run_sluice(*args, timeout=300)
     assert second.returncode == 0, second.stderr
     assert f"read {31 - done_before} of 31 chunks" in second.stdout, second.stdout
     assert f"seeded {source}: {ROWS} rows in 31 chunks" in second.stdout
@@ -89,17 +96,10 @@ def test_seed_killed_midway_resumes_with_the_missing_chunks_only(
 def test_sigterm_stops_a_seed_with_one_line_and_it_resumes(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str
 ) -> None:
-    conn = mariadb.connect(database)
-    _fill(conn)
-    source = f"{database}.big"
-    store = BootstrapStore(str(tmp_path / "store"))
-    store.create(end_scn(conn), (source,))
-    args = ["bootstrap", "seed", "--source", reader_url, "--table", source, "--store", store.uri]
-    args += ["--chunk-rows", "500", "--parallelism", "1"]
+    conn, source, store, args, gen = _seed_setup(mariadb, database, tmp_path, reader_url, 500)
     seed = subprocess.Popen(
         [*SLUICE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    gen = tmp_path / "store" / "seeds" / source / "gen=1"
     wait_for(lambda: len(list(gen.glob("_done-*.json"))) >= 2, 120, "two chunks done")
     seed.send_signal(signal.SIGTERM)
     _out, err = seed.communicate(timeout=120)
