@@ -4,6 +4,7 @@ same payload bytes, key, key hash, schema version and JSON, on every type and ke
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 from decimal import Decimal
 from pathlib import Path
@@ -27,11 +28,17 @@ from tests.integration.workload import ALL_TYPES_DDL, random_all_types
 
 
 def _seed_rows(
-    mariadb: PrivateMariaDB, store_dir: Path, sources: tuple[str, ...], start: int, chunk_rows: int
+    mariadb: PrivateMariaDB,
+    store_dir: Path,
+    sources: tuple[str, ...],
+    start: int,
+    chunk_rows: int,
+    where: str | None = None,
 ) -> tuple[SeedJob, dict[tuple[str, str], dict[str, Any]]]:
     """Seed ``sources`` without Spark (each chunk task run here) and read the chunk files."""
     BootstrapStore(str(store_dir)).create(start, sources)
-    job = SeedJob(SeedConfig(parse_source_url(mariadb.url), sources, str(store_dir), chunk_rows))
+    url = parse_source_url(mariadb.url)
+    job = SeedJob(SeedConfig(url, sources, str(store_dir), chunk_rows, where=where))
     job.prepare()
     tasks = job.tasks()
     for task in tasks:
@@ -156,3 +163,18 @@ def test_chunk_sizes_give_the_same_rows(
     job, seeded = _seed_rows(mariadb, tmp_path / "store", (f"{database}.small",), start, chunk_rows)
     assert len(seeded) == 9
     assert len(job.plans[0].ranges) == (10 if chunk_rows == 1 else 1)
+
+
+def test_where_seeds_only_matching_rows(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE part (id INT PRIMARY KEY, v VARCHAR(5)) ENGINE=InnoDB")
+        cur.executemany("INSERT INTO part VALUES (%s, %s)", [(n, f"{n}%") for n in range(20)])
+    start = end_scn(conn)
+    conn.close()
+    _job, seeded = _seed_rows(
+        mariadb, tmp_path / "store", (f"{database}.part",), start, 3, where="v LIKE '1%'"
+    )
+    assert sorted(json.loads(key)["id"] for _source, key in seeded) == [1, *range(10, 20)]
