@@ -68,7 +68,10 @@ def test_a_killed_job_behind_the_buffer_recovers_and_consumers_converge(
     serve_log = tmp_path / "serve.log"
     serve = _spawn("bootstrap", "serve", "--store", store, "--port", str(port), log=serve_log)
     config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024)
+    job: subprocess.Popen[str] | None = None
     try:
+        # `serve` first, so it is surely up before the store exists (the job creates it at once).
+        wait_for(lambda: "waiting for the bootstrap store" in serve_log.read_text(), 30, "wait")
         with RelayThread(config) as relay:
             start = get_json(relay.url + "/stats")["min_scn"]
             run = ["bootstrap", "run", "--relay", relay.url, "--source", source, "--store", store]
@@ -77,7 +80,6 @@ def test_a_killed_job_behind_the_buffer_recovers_and_consumers_converge(
                 *("--seed", mariadb.url, "--trigger-seconds", "0.5", "--fold-every", "3"),
                 log=tmp_path / "1.log",
             )
-            wait_for(lambda: "waiting for the bootstrap store" in serve_log.read_text(), 30, "wait")
             marker = tmp_path / "store" / "sluice-store.json"
             wait_for(marker.exists, 120, "the job to create its store")
             assert json.loads(marker.read_text())["log_start_scn"] == start
@@ -121,6 +123,9 @@ def test_a_killed_job_behind_the_buffer_recovers_and_consumers_converge(
             changed = {k: v for k, v in truth.items() if json.loads(k)["k"] < 5_000_000}
             assert behind.snapshot(source) == changed and len(truth) - len(changed) == 500
     finally:
+        if job is not None and job.poll() is None:  # a failure before the planned kill
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
         serve.send_signal(signal.SIGTERM)
         serve.wait(30)
     text = serve_log.read_text()

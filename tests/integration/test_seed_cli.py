@@ -144,6 +144,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert "another server" in seed("--table", sources[0], store=other.uri)
     assert "at least 1" in seed("--table", sources[0], "--chunk-rows", "0")
     assert "refused the login" in seed("--table", sources[0], url=anonymous)
+    assert "--where is not a condition" in seed("--table", sources[0], "--where", "nope ==")
     assert "does not capture" in seed("--table", f"{database}.elsewhere")
     assert "not a Sluice bootstrap store" in seed(
         "--table", sources[0], store=str(tmp_path / "none")

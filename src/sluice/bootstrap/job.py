@@ -40,6 +40,7 @@ class JobConfig:
     once: bool = False  # read what the relay holds now, fold, and exit
     seed: SourceUrl | None = None  # seed sources never seeded, from this database
     seed_chunk_rows: int | None = None
+    quiet: bool = False  # Spark's own output to a log file (the CLI), not stderr
 
 
 def spark_session(
@@ -79,7 +80,11 @@ def _quiet_gateway(settings: dict[str, str]) -> None:
         return
     default = Path(tempfile.gettempdir()) / f"sluice-spark-{os.getpid()}.log"
     path = Path(os.environ.get("SLUICE_SPARK_LOG", str(default)))
-    handle = path.open("ab")
+    try:
+        handle = path.open("ab")
+    except OSError as exc:  # Spark then talks on stderr: noisy, not fatal
+        log.warning("cannot write Spark's log to %s (%s); set SLUICE_SPARK_LOG", path, exc)
+        return
     conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
     SparkContext._gateway = launch_gateway(  # type: ignore[no-untyped-call]
         conf, popen_kwargs={"stdout": handle, "stderr": handle}
@@ -102,13 +107,7 @@ def spark_failure(what: str, exc: BaseException) -> SluiceError:
 def save_schemas(relays: tuple[str, ...], sources: tuple[str, ...], store: BootstrapStore) -> None:
     """Keep every schema version in the store, so its events stay decodable on their own.
     Versions only the store knows (a seed saw a table change first) are kept."""
-    body = store.read_json("schemas.json") if store.exists("schemas.json") else {}
-    for source in sources:
-        versions = {int(v["sluice.version"]): v for v in body.get(source, [])}
-        for schema in get_json(relays[0], f"/schemas/{source}")["versions"]:
-            versions[int(schema["sluice.version"])] = schema
-        body[source] = [versions[n] for n in sorted(versions)]
-    store.write_json(body, "schemas.json")
+    store.merge_schemas({s: get_json(relays[0], f"/schemas/{s}")["versions"] for s in sources})
 
 
 class BootstrapJob:
@@ -163,7 +162,7 @@ class BootstrapJob:
 
     def _run(self) -> None:
         start = self._prepare()
-        spark = self._spark or spark_session(self.config.master)
+        spark = self._spark or spark_session(self.config.master, quiet=self.config.quiet)
         register(spark)
         save_schemas(self.config.relays, self.config.sources, self.store)
         stream = (

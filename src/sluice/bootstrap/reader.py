@@ -122,9 +122,8 @@ class StoreReader:
     # -- snapshots ---------------------------------------------------------------------------
     def snapshot_table(self, scn: int, source: str) -> pa.Table:
         folder = self.store.path(self.store.snapshot_dir(scn), f"source={source}")
-        key = folder
         with self._lock:
-            cached = self._snapshots.get(key)
+            cached = self._snapshots.get(folder)
         if cached is not None:
             return cached
         if self.store.fs.get_file_info(folder).type == pafs.FileType.NotFound:
@@ -139,7 +138,7 @@ class StoreReader:
             self._snapshots = {
                 k: v for k, v in self._snapshots.items() if k.rsplit("/", 1)[0] == generation
             }
-            self._snapshots[key] = table
+            self._snapshots[folder] = table
         return table
 
     def snapshot_windows(
@@ -197,9 +196,7 @@ class StoreReader:
             return self.registry.codec(source, version)
 
     def reload_schemas(self) -> dict[str, list[Any]]:
-        if not self.store.exists("schemas.json"):
-            return {}
-        body: dict[str, list[Any]] = self.store.read_json("schemas.json")
+        body = self.store.read_schemas()
         for versions in body.values():
             for schema in versions:
                 self.registry.add(TableSchema.from_avro(schema))
@@ -250,9 +247,8 @@ def snapshot_rows(store: BootstrapStore, source: str) -> dict[str, dict[str, Any
     for key, version, payload in zip(
         keys, versions, table.column("payload").to_pylist(), strict=True
     ):
-        _before, after = reader.codec(source, version).decode(
-            reader.codec(source, version).snapshot_payload(payload)
-        )
+        codec = reader.codec(source, version)
+        _key, _before, after = codec.decode_event(codec.snapshot_payload(payload))
         assert after is not None
         out[key] = after
     return out

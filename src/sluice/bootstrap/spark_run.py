@@ -20,20 +20,24 @@ T = TypeVar("T")
 
 
 def run_spark_command(what: str, master: str | None, app: str, body: Callable[[Any], T]) -> T:
-    spark = spark_session(master, app, quiet=True)
+    """``body(spark)`` in a quiet session; a Spark failure (the JVM not starting included) is
+    one sentence, a signal cancels the running jobs and is reported as ``Interrupted``."""
     stopping = threading.Event()
+    spark: Any = None
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if not stopping.is_set():
             stopping.set()
-            # From another thread: this one is inside a Py4J call (its connection is busy).
-            # The blocked Spark call then returns with an error, reported as Interrupted.
-            threading.Thread(target=spark.sparkContext.cancelAllJobs, daemon=True).start()
+            if spark is not None:
+                # From another thread: this one is inside a Py4J call (its connection is busy).
+                # The blocked Spark call then returns with an error, reported as Interrupted.
+                threading.Thread(target=spark.sparkContext.cancelAllJobs, daemon=True).start()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        spark = spark_session(master, app, quiet=True)
         return body(spark)
-    except (PySparkException, Exception) as exc:
+    except Exception as exc:
         if stopping.is_set():
             raise Interrupted(
                 f"{app.removeprefix('sluice-')} stopped by a signal; what it finished is kept: "
@@ -47,4 +51,5 @@ def run_spark_command(what: str, master: str | None, app: str, body: Callable[[A
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        spark.stop()
+        if spark is not None:
+            spark.stop()

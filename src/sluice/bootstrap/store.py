@@ -77,6 +77,30 @@ class BootstrapStore:
             stream.write(json.dumps(body, indent=1).encode())
         self.fs.move(tmp, target)
 
+    # -- schemas -----------------------------------------------------------------------------
+    def read_schemas(self) -> dict[str, list[dict[str, Any]]]:
+        """``schemas.json``: every Avro schema version of each source, oldest first."""
+        if not self.exists("schemas.json"):
+            return {}
+        body: dict[str, list[dict[str, Any]]] = self.read_json("schemas.json")
+        return body
+
+    def merge_schemas(self, new: dict[str, list[dict[str, Any]]], *, keep: bool = False) -> None:
+        """Add schema versions to ``schemas.json``, by version number: a version already held
+        is replaced, unless ``keep``. Versions only the store knows are never dropped."""
+        body = self.read_schemas()
+        changed = False
+        for source, schemas in new.items():
+            versions = {int(v["sluice.version"]): v for v in body.get(source, [])}
+            for schema in schemas:
+                number = int(schema["sluice.version"])
+                if not (keep and number in versions) and versions.get(number) != schema:
+                    versions[number] = schema
+                    changed = True
+            body[source] = [versions[n] for n in sorted(versions)]
+        if changed or not self.exists("schemas.json"):
+            self.write_json(body, "schemas.json")
+
     # -- marker ------------------------------------------------------------------------------
     def create(
         self, log_start_scn: int, sources: tuple[str, ...], *, new_source_start: int | None = None
@@ -87,20 +111,19 @@ class BootstrapStore:
         if self.exists(MARKER):
             meta = self.meta()
             new = [s for s in sources if s not in meta.sources]
-            if new and new_source_start is None:
+            if not new:
+                return meta
+            if new_source_start is None:
                 raise ConfigError(
                     f"store {self.uri} holds {', '.join(meta.sources)}; new sources need a new "
                     "store (their history before now is not in this log)"
                 )
-            if new:
-                assert new_source_start is not None
-                body = self.read_json(MARKER)
-                body["sources"] = [*meta.sources, *new]
-                body["added"] = {**body.get("added", {}), **dict.fromkeys(new, new_source_start)}
-                self.write_json(body, MARKER)
-                log.info("store %s now also logs %s (seed them)", self.uri, ", ".join(new))
-                return self.meta()
-            return meta
+            body = self.read_json(MARKER)
+            body["sources"] = [*meta.sources, *new]
+            body["added"] = {**body.get("added", {}), **dict.fromkeys(new, new_source_start)}
+            self.write_json(body, MARKER)
+            log.info("store %s now also logs %s (seed them)", self.uri, ", ".join(new))
+            return self.meta()
         self.check_empty()
         self.write_json(
             {"log_start_scn": log_start_scn, "sources": list(sources), "format": 1}, MARKER
@@ -110,7 +133,7 @@ class BootstrapStore:
     def check_empty(self) -> None:
         """Refuse a directory that holds something other than a store."""
         info = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
-        if [i for i in info if not i.base_name.endswith(".tmp")] and not self.exists(MARKER):
+        if any(not i.base_name.endswith(".tmp") for i in info) and not self.exists(MARKER):
             raise ConfigError(
                 f"{self.uri} is not empty and not a Sluice bootstrap store; "
                 "give an empty or new directory"

@@ -82,6 +82,17 @@ def describe_for_seed(conn: pymysql.Connection[Any], source: str) -> TableSchema
     return schema
 
 
+def check_condition(conn: pymysql.Connection[Any], source: str, where: str) -> None:
+    """Refuse a ``--where`` the server cannot evaluate on ``source``, before any chunk runs."""
+    with conn.cursor() as cur:
+        try:
+            cur.execute(f"SELECT 1 FROM {table_ref(source)} WHERE ({where}) LIMIT 0")
+        except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as exc:
+            raise SourceSetupError(
+                f"--where is not a condition on {source}: {exc.args[-1]}", source=source
+            ) from None
+
+
 def can_split(schema: TableSchema) -> bool:
     kinds = {c.name: c.kind for c in schema.columns}
     return all(kinds[name] in RANGE_KINDS for name in schema.primary_key)

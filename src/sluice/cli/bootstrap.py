@@ -47,7 +47,9 @@ def add_parser(sub: Any) -> None:
         help="once the stream is in place, seed every source the store has never seeded from "
         "this database (existing rows, then changes: Debezium's snapshot.mode=initial)",
     )
-    run_p.add_argument("--chunk-rows", type=int, default=None, metavar="N")
+    run_p.add_argument(
+        "--chunk-rows", type=int, default=None, metavar="N", help="with --seed: rows per chunk"
+    )
 
     seed = boot.add_parser(
         "seed",
@@ -97,11 +99,7 @@ def add_parser(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sluice.bootstrap.job import (  # noqa: PLC0415 - Spark is heavy
-        BootstrapJob,
-        JobConfig,
-        spark_session,
-    )
+    from sluice.bootstrap.job import BootstrapJob, JobConfig  # noqa: PLC0415 - Spark is heavy
     from sluice.capture.url import parse_source_url  # noqa: PLC0415
 
     job = BootstrapJob(
@@ -116,8 +114,8 @@ def _run(args: argparse.Namespace) -> int:
             once=args.once,
             seed=parse_source_url(args.seed) if args.seed else None,
             seed_chunk_rows=args.chunk_rows,
-        ),
-        spark_session(args.master, quiet=True),
+            quiet=True,
+        )
     )
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: job.stop())
@@ -139,7 +137,6 @@ def _seed(args: argparse.Namespace) -> int:
             tuple(args.tables),
             args.store,
             DEFAULT_CHUNK_ROWS if args.chunk_rows is None else args.chunk_rows,
-            args.parallelism,
             args.where,
         ),
         progress=_progress,
@@ -166,21 +163,18 @@ def _progress(line: str) -> None:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    from pyspark.errors import PySparkException  # noqa: PLC0415
-
     from sluice.bootstrap.fold import fold  # noqa: PLC0415
-    from sluice.bootstrap.job import spark_failure, spark_session  # noqa: PLC0415
+    from sluice.bootstrap.spark_run import run_spark_command  # noqa: PLC0415
     from sluice.bootstrap.store import BootstrapStore  # noqa: PLC0415
 
     store = BootstrapStore(args.store)
     store.meta()
-    spark = spark_session(args.master, "sluice-compact", quiet=True)
-    try:
-        scn = fold(spark, store, full=args.full)
-    except PySparkException as exc:
-        raise spark_failure("the fold failed", exc) from None
-    finally:
-        spark.stop()
+    scn = run_spark_command(
+        "the fold failed",
+        args.master,
+        "sluice-compact",
+        lambda spark: fold(spark, store, full=args.full),
+    )
     print(f"snapshot at SCN {scn}" if scn is not None else "the log is empty: no snapshot")
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -120,20 +120,30 @@ class _Api:
                 "source, or was the source rebuilt?",
                 max_scn=buffer.max_scn,
             )
+        return await self._respond(request, req, lambda streamer: streamer.run())
+
+    async def _respond(
+        self,
+        request: web.Request,
+        req: StreamRequest,
+        body: Callable[[_Streamer], Awaitable[None]],
+    ) -> web.StreamResponse:
+        """A streamed answer: headers, ``body`` writing through a ``_Streamer``, the end."""
+        relay = self.relay
         response = web.StreamResponse(
             headers={
                 "Content-Type": "application/x-ndjson" if req.json else BINARY_TYPE,
-                "X-Sluice-Max-Scn": str(buffer.max_scn),
+                "X-Sluice-Max-Scn": str(relay.buffer.max_scn),
                 "Cache-Control": "no-store",
             }
         )
         await response.prepare(request)
         relay.clients += 1
         try:
-            await _Streamer(relay, req, response).run()
+            await body(_Streamer(relay, req, response))
             await response.write_eof()
         except (ConnectionResetError, ConnectionError):
-            pass
+            pass  # the client went away
         finally:
             relay.clients -= 1
         return response
@@ -147,28 +157,21 @@ class _Api:
         cold = ColdRead(relay, req.since_scn, relay.buffer.start_scn)
         try:
             await cold.start()
-            response = web.StreamResponse(
-                headers={
-                    "Content-Type": "application/x-ndjson" if req.json else BINARY_TYPE,
-                    "X-Sluice-Max-Scn": str(relay.buffer.max_scn),
-                    "Cache-Control": "no-store",
-                }
-            )
-            await response.prepare(request)
-            streamer = _Streamer(relay, req, response)
-            last = req.since_scn
-            async for record in cold.windows():
-                last = wire.read_window_header(record).scn
-                await streamer._send([record])
-                if streamer.sent >= req.max_bytes:
-                    break
-            if not req.json:  # so filtered readers move on, to the buffer's range if done
-                await response.write(wire.encode_heartbeat(cold.until if cold.reached else last))
-            await response.write_eof()
-            return response
+            return await self._respond(request, req, lambda streamer: _send_cold(cold, streamer))
         finally:
             relay.cold_reads -= 1
             await cold.close()
+
+
+async def _send_cold(cold: ColdRead, streamer: _Streamer) -> None:
+    last = cold.since
+    async for record in cold.windows():
+        last = wire.read_window_header(record).scn
+        await streamer.send([record])
+        if streamer.sent >= streamer.req.max_bytes:
+            break
+    if not streamer.req.json:  # so filtered readers move on, to the buffer's range if done
+        await streamer.response.write(wire.encode_heartbeat(cold.until if cold.reached else last))
 
 
 def _held_windows(buffer: EventBuffer, since_scn: int) -> Iterator[bytes]:
@@ -205,7 +208,7 @@ class _Streamer:
             if windows:
                 assert cursor is not None
                 scn = cursor.scn
-                await self._send(windows)
+                await self.send(windows)
                 continue
             if not req.json and beat != scn:
                 await self.response.write(wire.encode_heartbeat(scn))
@@ -218,7 +221,7 @@ class _Streamer:
             except TimeoutError:
                 return
 
-    async def _send(self, windows: list[bytes]) -> None:
+    async def send(self, windows: list[bytes]) -> None:
         kept = [w for w in (wire.filter_window(w, self.req.filter) for w in windows) if w]
         if not kept:
             return

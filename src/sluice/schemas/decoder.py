@@ -245,20 +245,23 @@ def row_end(columns: Sequence[Column]) -> Callable[[bytes, int], int]:
             lines.append("    pos += 1")
             lines.append("    if data[pos - 1]:")
             indent = "        "
-        if col.kind in ("float", "double"):
-            lines.append(f"{indent}pos += 8")
-        elif col.kind == "set":
-            lines.append(f"{indent}_, pos = _set(data, pos)")
-        elif col.kind in _LONG_KINDS:
-            lines.append(f"{indent}while data[pos] & 0x80: pos += 1")
-            lines.append(f"{indent}pos += 1")
-        else:
-            lines.append(f"{indent}n, pos = _L(data, pos); pos += n")
+        lines += _skip_lines(col, indent)
     lines.append("    return pos")
     env: dict[str, Any] = {"_L": read_long, "_set": _set}
     exec("\n".join(lines), env)
     end: Callable[[bytes, int], int] = env["end"]
     return end
+
+
+def _skip_lines(col: Column, indent: str) -> list[str]:
+    """Statements moving ``pos`` past a non-null value of ``col`` (lengths only)."""
+    if col.kind in ("float", "double"):
+        return [f"{indent}pos += 8"]
+    if col.kind == "set":
+        return [f"{indent}_, pos = _set(data, pos)"]
+    if col.kind in _LONG_KINDS:
+        return [f"{indent}while data[pos] & 0x80: pos += 1", f"{indent}pos += 1"]
+    return [f"{indent}n, pos = _L(data, pos); pos += n"]
 
 
 def _envelope(
@@ -292,16 +295,6 @@ def envelope_text(
 ) -> Callable[[bytes], tuple[str, str, str]]:
     """``payload -> (key, before, after)`` as JSON text (``null`` when absent)."""
     return _envelope(row_text(columns, primary_key, canonical_key), "null")
-
-
-def _skip_lines(col: Column, indent: str) -> list[str]:
-    if col.kind in ("float", "double"):
-        return [f"{indent}pos += 8"]
-    if col.kind == "set":
-        return [f"{indent}_, pos = _set(data, pos)"]
-    if col.kind in _LONG_KINDS:
-        return [f"{indent}while data[pos] & 0x80: pos += 1", f"{indent}pos += 1"]
-    return [f"{indent}n, pos = _L(data, pos); pos += n"]
 
 
 def key_text(columns: Sequence[Column], primary_key: Sequence[str]) -> Callable[[bytes], str]:

@@ -15,11 +15,13 @@ from zlib import crc32
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pymysql
 
 from sluice.bootstrap.seed.records import SeedRecords
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.binlog.protocol import ConnectParams
 from sluice.capture.snapshot import KeyRange, read_chunk
+from sluice.errors import SourceError
 from sluice.schemas import RowCodec, TableSchema
 
 SNAPSHOT_ARROW = pa.schema(
@@ -59,6 +61,17 @@ class ChunkResult:
 
 
 def run_chunk(task: ChunkTask) -> ChunkResult:
+    try:
+        return _run_chunk(task)
+    except pymysql.err.MySQLError as exc:  # the server went away, a timeout, a kill
+        raise SourceError(
+            f"reading chunk {task.index} of {task.schema.source} failed ({exc.args[-1]}); "
+            "run the seed again: finished chunks are kept",
+            source=task.schema.source,
+        ) from None
+
+
+def _run_chunk(task: ChunkTask) -> ChunkResult:
     started = time.monotonic()
     store = BootstrapStore(task.store)
     records = SeedRecords(store)
@@ -79,7 +92,7 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
                 writer.write_batch(encoder.batch(batch))
                 rows += len(batch)
                 batch = []
-        if batch or not rows:
+        if batch:
             writer.write_batch(encoder.batch(batch))
             rows += len(batch)
     store.fs.move(tmp, target)
@@ -98,14 +111,14 @@ class _RowEncoder:
 
     def batch(self, rows: list[list[Any]]) -> pa.RecordBatch:
         encode, key_text = self.codec.encode, self.codec.key_text
-        keys: list[str | None] = []
+        keys: list[str] = []
         hashes: list[int] = []
         payloads: list[bytes] = []
         for values in rows:
             payload = encode(None, values)  # what capture writes for an insert of this row
-            key = key_text(values)  # the canonical key capture hashes (seeded tables have one)
+            key = key_text(values) or ""  # the canonical key capture hashes (seeds need a key)
             keys.append(key)
-            hashes.append(crc32(key.encode()) if key is not None else crc32(payload))
+            hashes.append(crc32(key.encode()))
             payloads.append(payload)
         n = len(rows)
         arrays = [

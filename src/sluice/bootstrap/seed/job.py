@@ -22,7 +22,12 @@ from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, run_chunk
 from sluice.bootstrap.seed.records import Seeded, SeedPlan, SeedRecords
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.metadata import end_scn
-from sluice.capture.snapshot import describe_for_seed, open_snapshot, plan_ranges
+from sluice.capture.snapshot import (
+    check_condition,
+    describe_for_seed,
+    open_snapshot,
+    plan_ranges,
+)
 from sluice.capture.url import SourceUrl
 from sluice.errors import ConfigError, SourceError, SourceSetupError
 from sluice.schemas import TableSchema
@@ -37,7 +42,6 @@ class SeedConfig:
     tables: tuple[str, ...]
     store: str
     chunk_rows: int = DEFAULT_CHUNK_ROWS
-    parallelism: int | None = None
     where: str | None = None
 
 
@@ -70,10 +74,6 @@ class SeedJob:
         self.progress = progress or (lambda _line: None)
         self.plans: list[SeedPlan] = []
         self.schemas: dict[str, TableSchema] = {}
-        self._stop = threading.Event()
-
-    def stop(self) -> None:
-        self._stop.set()
 
     # -- checks and plans (driver only) -------------------------------------------------------
     def prepare(self) -> list[SeedPlan]:
@@ -86,16 +86,12 @@ class SeedJob:
             )
         try:
             conn = self.config.source.params().connect()
-        except SourceError as exc:
-            if "refused the login" in str(exc):
-                raise ConfigError(f"{exc} (or set SLUICE_SOURCE_PASSWORD)") from None
-            raise
-        try:
-            return self._plan_all(conn, min(meta.start_of(t) for t in self.config.tables))
-        except SourceSetupError as exc:
+            try:
+                return self._plan_all(conn, min(meta.start_of(t) for t in self.config.tables))
+            finally:
+                conn.close()
+        except SourceSetupError as exc:  # login, privileges, table: the user's input to fix
             raise ConfigError(str(exc), source=exc.source) from None
-        finally:
-            conn.close()
 
     def _plan_all(self, conn: pymysql.Connection[Any], log_start: int) -> list[SeedPlan]:
         now = end_scn(conn)
@@ -107,31 +103,17 @@ class SeedJob:
             )
         open_snapshot(conn)  # fails early, with the fix, where snapshots give no SCN
         conn.rollback()
-        known = self._store_schemas()
+        known = self.store.read_schemas()
         for table in self.config.tables:
-            schema = _resolve_version(describe_for_seed(conn, table), known.get(table, []))
+            versions = [TableSchema.from_avro(v) for v in known.get(table, [])]
+            schema = _resolve_version(describe_for_seed(conn, table), versions)
+            if self.config.where:
+                check_condition(conn, table, self.config.where)
             self.schemas[table] = schema
             self.plans.append(self._plan(conn, schema))
-        self._save_schemas(known)
+        # The store learns a seeded table's current schema if the relay has not seen it yet.
+        self.store.merge_schemas({t: [s.to_avro()] for t, s in self.schemas.items()}, keep=True)
         return self.plans
-
-    def _store_schemas(self) -> dict[str, list[TableSchema]]:
-        if not self.store.exists("schemas.json"):
-            return {}
-        body = self.store.read_json("schemas.json")
-        return {s: [TableSchema.from_avro(v) for v in versions] for s, versions in body.items()}
-
-    def _save_schemas(self, known: dict[str, list[TableSchema]]) -> None:
-        """The store learns a seeded table's current schema if the relay has not seen it yet."""
-        changed = False
-        for table, schema in self.schemas.items():
-            versions = known.setdefault(table, [])
-            if all(v.version != schema.version for v in versions):
-                versions.append(schema)
-                changed = True
-        if changed:
-            body = {s: [v.to_avro() for v in vs] for s, vs in known.items()}
-            self.store.write_json(body, "schemas.json")
 
     def _plan(self, conn: pymysql.Connection[Any], schema: TableSchema) -> SeedPlan:
         source, cfg = schema.source, self.config

@@ -10,7 +10,7 @@ from typing import Any
 
 import pymysql
 
-from sluice.errors import SourceConnectionError, SourceError
+from sluice.errors import SourceConnectionError, SourceError, SourceSetupError
 
 COM_BINLOG_DUMP = 0x12
 _EVENT_HEADER = struct.Struct("<IBIIIH")
@@ -65,10 +65,10 @@ class ConnectParams:
             )
         except pymysql.err.OperationalError as exc:
             code = exc.args[0] if exc.args else 0
-            if code in (1045, 1044):
-                raise SourceError(
+            if code in (1045, 1044):  # wrong credentials: a setup problem, not retriable
+                raise SourceSetupError(
                     f"{self.user}@{self.host}:{self.port} refused the login ({exc.args[1]}); "
-                    "check the user and password in --source"
+                    "check the user and password in --source (or SLUICE_SOURCE_PASSWORD)"
                 ) from None
             raise SourceConnectionError(
                 f"cannot connect to MySQL/MariaDB at {self.host}:{self.port}: {exc.args[-1]}"
