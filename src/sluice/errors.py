@@ -15,6 +15,7 @@ Tree::
     └── RelayError             a relay answered with an error
         ├── RelayUnavailable   no relay could be reached (retriable)
         ├── BootstrapRequired  the relay no longer holds the requested SCN (HTTP 410)
+        ├── LogGap             the bootstrap log lacks part of the requested range (HTTP 410)
         └── BadRequest         the relay rejected the request (HTTP 4xx)
 """
 
@@ -86,6 +87,17 @@ class BootstrapRequired(RelayError):
     def __init__(self, message: str, *, scn: int | None = None, oldest_scn: int | None = None):
         super().__init__(message, scn=scn)
         self.oldest_scn = oldest_scn
+
+
+class LogGap(RelayError):
+    """The bootstrap log lacks the windows ``(after_scn, until_scn]``: the job fell behind the
+    relay and the source had purged those binlogs. A consumer behind it cannot catch up
+    exactly; it must drop its state and start again from a snapshot."""
+
+    def __init__(self, message: str, *, scn: int | None, after_scn: int, until_scn: int) -> None:
+        super().__init__(message, scn=scn)
+        self.after_scn = after_scn
+        self.until_scn = until_scn
 
 
 class BadRequest(RelayError):

@@ -7,6 +7,11 @@ with the log after its SCN. A source with a new seed generation is folded from i
 (each stamped with its chunk's SCN) and every logged change after the seed's oldest chunk, and
 its rows in the previous generation are dropped: that is exact when the log covers every SCN
 after the oldest chunk, which ``check_coverage`` makes sure of.
+
+A gap in the log (op ``g`` markers: the job fell behind and the source had purged the binlogs)
+blocks every source whose base (the previous generation, or its fresh seed's oldest chunk) is
+older than the gap's end: no generation is published until those sources are seeded again
+(``bootstrap run --seed`` does it by itself).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pyspark.sql import Column, Window
 from pyspark.sql import functions as F  # noqa: N812
 
 from sluice.bootstrap.seed.records import Seeded, SeedRecords
-from sluice.bootstrap.store import BootstrapStore
+from sluice.bootstrap.store import BootstrapStore, Gap, StoreMeta, gaps_after
 from sluice.errors import ConfigError
 from sluice.spark.rows import GENERIC_DDL, RAW_DDL
 
@@ -53,6 +58,46 @@ def fold(spark: Any, store: BootstrapStore, *, full: bool = False) -> int | None
         return _fold(spark, store, full)
 
 
+def read_log(spark: Any, store: BootstrapStore) -> Any:
+    """The committed log as a DataFrame (None before the first commit)."""
+    if not store.has_log():
+        return None
+    return spark.read.schema(LOG_DDL).parquet(store.spark_path("log"))
+
+
+def log_gaps(changes: Any) -> list[Gap]:
+    if changes is None:
+        return []
+    markers = changes.where(F.col("op") == "g").select("source", "scn", "after").collect()
+    return sorted(Gap.from_marker(r[0], r[1], r[2]) for r in markers)
+
+
+def blocked_sources(
+    meta: StoreMeta, previous: int | None, fresh: dict[str, Seeded], gaps: list[Gap]
+) -> dict[str, Gap]:
+    """Sources whose next generation would be built across a gap, with the gap."""
+    blocked: dict[str, Gap] = {}
+    for source in meta.sources:
+        if source in fresh:
+            base = fresh[source].min_scn
+        else:
+            base = meta.start_of(source) if previous is None else previous
+        for gap in gaps_after(gaps, base, [source]):
+            blocked.setdefault(source, gap)
+    return blocked
+
+
+def blocked_by_gaps(spark: Any, store: BootstrapStore) -> dict[str, Gap]:
+    """The sources that need a new seed before the next generation can be published."""
+    meta = store.meta()
+    current = store.current()
+    previous = None if current is None else int(current["scn"])
+    done_seeds: dict[str, int] = {} if current is None else dict(current["seeds"])
+    seeds = SeedRecords(store).all_seeded(meta.sources)
+    fresh = {s: r for s, r in seeds.items() if done_seeds.get(s) != r.generation}
+    return blocked_sources(meta, previous, fresh, log_gaps(read_log(spark, store)))
+
+
 def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
     started = time.monotonic()
     meta = store.meta()
@@ -63,9 +108,17 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
     fresh = {s: r for s, r in seeds.items() if done_seeds.get(s) != r.generation}
     for seeded in fresh.values():
         check_coverage(store, seeded)
-    changes = (
-        spark.read.schema(LOG_DDL).parquet(store.spark_path("log")) if store.has_log() else None
-    )
+    changes = read_log(spark, store)
+    blocked = blocked_sources(meta, previous, fresh, log_gaps(changes))
+    if blocked:
+        log.warning(
+            "no new snapshot: the log has a gap (%s); seed %s again to publish one",
+            "; ".join(
+                f"{s}: after SCN {g.after_scn} up to {g.until_scn}" for s, g in blocked.items()
+            ),
+            ", ".join(blocked),
+        )
+        return None if current is None else int(current["scn"])
     newest = max(meta.log_start_scn, _max_scn(changes) if changes is not None else 0)
     if previous is not None and newest <= previous and not fresh:
         return previous

@@ -16,7 +16,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
-from sluice.bootstrap.fold import fold
+from sluice.bootstrap.fold import blocked_by_gaps, fold
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.url import SourceUrl
 from sluice.errors import SluiceError
@@ -121,6 +121,7 @@ class BootstrapJob:
         self.query: Any = None
         self.error: BaseException | None = None
         self.seeded = config.seed is None  # True once its seed (if any) is published
+        self._gap_warned = ""
 
     def stop(self) -> None:
         self._stop.set()
@@ -136,6 +137,9 @@ class BootstrapJob:
             "coldRead": "true",
             # The fold needs keys, not JSON images: the payload is kept whole in the log.
             "images": "false",
+            # Where the source has purged those binlogs too, the log records a gap (and the
+            # job seeds the tables again) rather than stopping for good.
+            "markGaps": "true",
         }
 
     def _prepare(self) -> int:
@@ -187,37 +191,66 @@ class BootstrapJob:
         )
         try:
             if self.config.seed is not None:
-                self._seed(spark, self.config.seed)
+                self._seed(spark)
             self._loop(spark)
         finally:
             if self.query.isActive:
                 self.query.stop()
         save_schemas(self.config.relays, self.config.sources, self.store)
+        self._seed_past_gaps(spark)
         fold(spark, self.store)
 
-    def _seed(self, spark: Any, source: SourceUrl) -> None:
+    def _seed(self, spark: Any) -> None:
         """Seed every source the store has never seeded, now that the stream is in place (its
         log starts before any chunk is read, so the fold is exact)."""
-        from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
         from sluice.bootstrap.seed.records import SeedRecords  # noqa: PLC0415
 
         records = SeedRecords(self.store)
         missing = tuple(s for s in self.config.sources if records.seeded(s) is None)
         if not missing:
             log.info("every source of %s is seeded already", self.store.uri)
-            self.seeded = True
-            return
+        else:
+            self._seed_sources(spark, missing)
+        self.seeded = True
+
+    def _seed_sources(self, spark: Any, sources: tuple[str, ...]) -> None:
+        from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
+
+        assert self.config.seed is not None
         chunk_rows = self.config.seed_chunk_rows or DEFAULT_CHUNK_ROWS
-        job = SeedJob(SeedConfig(source, missing, self.store.uri, chunk_rows), progress=log.info)
+        config = SeedConfig(self.config.seed, sources, self.store.uri, chunk_rows)
+        job = SeedJob(config, progress=log.info)
         job.prepare()
         report = job.run(spark)
-        self.seeded = True
         log.info(
             "seeded %s: %d rows; snapshot at SCN %s",
-            ", ".join(missing),
+            ", ".join(sources),
             report.rows,
             report.snapshot_scn,
         )
+
+    def _seed_past_gaps(self, spark: Any) -> None:
+        """A gap in the log (the source purged binlogs the job had not read) leaves the
+        tables' state unknown: seed them again, or say what to do."""
+        blocked = blocked_by_gaps(spark, self.store)
+        if not blocked:
+            return
+        gaps = "; ".join(
+            f"{s} after SCN {g.after_scn} up to {g.until_scn}" for s, g in blocked.items()
+        )
+        if self.config.seed is None:
+            if self._gap_warned != gaps:
+                self._gap_warned = gaps
+                log.error(
+                    "the log has a gap (%s): the source purged binlogs this job had not read. "
+                    "No snapshot is published until the tables are seeded again: run `sluice "
+                    "bootstrap seed %s`, or run this job with --seed URL to do it by itself",
+                    gaps,
+                    " ".join(f"--table {s}" for s in blocked),
+                )
+            return
+        log.warning("the log has a gap (%s): seeding %s again", gaps, ", ".join(blocked))
+        self._seed_sources(spark, tuple(blocked))
 
     def _loop(self, spark: Any) -> None:
         if self.config.once:
@@ -228,7 +261,10 @@ class BootstrapJob:
                 break
             try:
                 save_schemas(self.config.relays, self.config.sources, self.store)
+                self._seed_past_gaps(spark)
                 fold(spark, self.store)
+            except SluiceError as exc:
+                log.error("fold failed: %s; retrying at the next interval", exc)
             except Exception:
                 log.exception("fold failed; retrying at the next interval")
         failure = self.query.exception()

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from sluice.bootstrap.store import BootstrapStore
+from sluice.bootstrap.store import BootstrapStore, Gap
 from sluice.core import wire
 from sluice.errors import SchemaError
 from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
@@ -62,6 +62,7 @@ class _LogView:
     dataset: ds.Dataset
     log_files: list[int]
     max_scn: int
+    gaps: list[Gap]
 
 
 class StoreReader:
@@ -90,10 +91,15 @@ class StoreReader:
         )
         log_files = sorted({int(p.split("log_file=")[1].split("/")[0]) for p in files})
         max_scn = self.meta.log_start_scn
+        gaps: list[Gap] = []
         if files:
             column = dataset.to_table(columns=["scn"]).column("scn")
             max_scn = max(max_scn, pc.max(column).as_py() or 0)
-        view = _LogView(files, dataset, log_files, max_scn)
+            markers = dataset.to_table(
+                columns=["source", "scn", "after"], filter=pc.field("op") == "g"
+            ).to_pylist()
+            gaps = sorted(Gap.from_marker(m["source"], m["scn"], m["after"]) for m in markers)
+        view = _LogView(files, dataset, log_files, max_scn, gaps)
         with self._lock:
             self._view = view
         return view
@@ -106,7 +112,11 @@ class StoreReader:
         sent = 0
         prev = since
         for log_file in (f for f in view.log_files if f >= since >> 32):
-            condition = (pc.field("log_file") == log_file) & (pc.field("scn") > since)
+            condition = (
+                (pc.field("log_file") == log_file)
+                & (pc.field("scn") > since)
+                & (pc.field("op") != "g")  # gap markers are refused before reading
+            )
             if flt.sources is not None:
                 condition &= pc.field("source").isin([s.decode() for s in flt.sources])
             table = view.dataset.to_table(columns=_LOG_COLUMNS, filter=condition)

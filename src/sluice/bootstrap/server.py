@@ -12,7 +12,7 @@ from aiohttp import web
 
 from sluice.bootstrap.reader import StoreReader
 from sluice.bootstrap.seed.records import SeedRecords
-from sluice.bootstrap.store import BootstrapStore
+from sluice.bootstrap.store import BootstrapStore, Gap, gaps_after
 from sluice.core import wire
 from sluice.core.component import AsyncComponent
 from sluice.core.requests import HttpProblem, parse_offsets, parse_partition, parse_stream
@@ -79,10 +79,10 @@ class BootstrapServer(AsyncComponent):
             "snapshots": dict.fromkeys(self.sources, snapshot),
             "sources": list(self.sources),
             "rows_served": self.rows_served,
-            "tables": self._tables(current),
+            "tables": self._tables(current, view.gaps),
         }
 
-    def _tables(self, current: dict[str, Any]) -> dict[str, Any]:
+    def _tables(self, current: dict[str, Any], gaps: list[Gap]) -> dict[str, Any]:
         """Per table: its seed, what the log covers, and the snapshot that serves it."""
         records = SeedRecords(self.reader.store)
         out: dict[str, Any] = {}
@@ -91,9 +91,12 @@ class BootstrapServer(AsyncComponent):
             out[source] = {
                 "seeded": None if seeded is None else seeded.to_json(),
                 "seed_in_snapshot": current.get("seeds", {}).get(source),
-                # Gaps never exist: a job behind the relay reads the range from the source's
-                # binlog through the relay (cold read), or stops with an error.
-                "log": {"first_scn": self.reader.meta.start_of(source), "gaps": []},
+                # A job behind the relay reads the range from the source's binlog through the
+                # relay (cold read); only where the source purged it too is there a gap.
+                "log": {
+                    "first_scn": self.reader.meta.start_of(source),
+                    "gaps": [g.to_json() for g in gaps if g.source == source],
+                },
                 "snapshot_scn": current.get("scn"),
             }
         return out
@@ -131,7 +134,7 @@ class BootstrapServer(AsyncComponent):
 
     async def offsets(self, request: web.Request) -> web.Response:
         req = parse_offsets(request.query, frozenset(self.sources))
-        self._check_since(req.since_scn)
+        await asyncio.to_thread(self._check_since, req.since_scn, _names(req.filter.sources))
 
         def count() -> dict[str, Any]:
             frames = self.reader.log_windows(req.since_scn, req.filter, 1 << 62)
@@ -141,7 +144,7 @@ class BootstrapServer(AsyncComponent):
 
         return json_response(200, await asyncio.to_thread(count))
 
-    def _check_since(self, since: int) -> None:
+    def _check_since(self, since: int, sources: list[str] | None) -> None:
         start = self.reader.meta.log_start_scn
         if since < start:
             raise HttpProblem(
@@ -150,10 +153,23 @@ class BootstrapServer(AsyncComponent):
                 f"starts after {start}): read the snapshot first",
                 oldest_scn=start,
             )
+        crossed = gaps_after(self.reader.view().gaps, since, sources)
+        if crossed:
+            gap = crossed[0]
+            raise HttpProblem(
+                410,
+                f"the bootstrap log has a gap after SCN {gap.after_scn} up to "
+                f"{gap.until_scn} ({gap.source}): the bootstrap job fell behind the relay and "
+                "the source had purged those binlogs, so a consumer at SCN "
+                f"{since} cannot catch up exactly; drop its state and start it again from "
+                "SCN 0 (the snapshot)",
+                gap=gap.to_json(),
+                source=gap.source,
+            )
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         req = parse_stream(request.query, frozenset(self.sources), 8 << 20, 0)
-        self._check_since(req.since_scn)
+        await asyncio.to_thread(self._check_since, req.since_scn, _names(req.filter.sources))
         frames = self.reader.log_windows(req.since_scn, req.filter, req.max_bytes)
         return await self._send(request, frames, req.json)
 
@@ -177,6 +193,14 @@ class BootstrapServer(AsyncComponent):
         after = _parse_after(query.get("after"))
         parse_partition(query.get("partition"))
         sources = list(req.sources or self.sources)
+        behind = gaps_after((await asyncio.to_thread(self.reader.view)).gaps, scn, sources)
+        if behind:
+            raise HttpProblem(
+                503,
+                f"snapshot {scn} is older than a gap in the bootstrap log (after SCN "
+                f"{behind[0].after_scn} up to {behind[0].until_scn}): retry once the "
+                f"bootstrap job has seeded {behind[0].source} again and published a newer one",
+            )
         frames = self.reader.snapshot_windows(scn, sources, req.filter, after, req.max_bytes)
         return await self._send(request, frames, req.json, {"X-Sluice-Snapshot-Scn": str(scn)})
 
@@ -203,6 +227,11 @@ class BootstrapServer(AsyncComponent):
                 await response.write(chunk)
         await response.write_eof()
         return response
+
+
+def _names(sources: frozenset[bytes] | None) -> list[str] | None:
+    """A request filter's sources as names (None: every source)."""
+    return None if sources is None else [s.decode() for s in sources]
 
 
 def _parse_after(raw: str | None) -> tuple[str, int] | None:

@@ -44,6 +44,28 @@ class StoreMeta:
         return dict(self.added).get(source, self.log_start_scn)
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Gap:
+    """The log of ``source`` lacks the windows ``(after_scn, until_scn]``: the job fell behind
+    the relay and the source had purged those binlogs (marked by op ``g`` rows in the log)."""
+
+    source: str
+    after_scn: int
+    until_scn: int
+
+    @classmethod
+    def from_marker(cls, source: str, scn: int, after: str) -> Gap:
+        return cls(source, int(json.loads(after)["gap_after"]), int(scn))
+
+    def to_json(self) -> list[int]:
+        return [self.after_scn, self.until_scn]
+
+
+def gaps_after(gaps: list[Gap], scn: int, sources: list[str] | None = None) -> list[Gap]:
+    """The gaps a reader starting after ``scn`` would cross (of ``sources``, or all)."""
+    return [g for g in gaps if g.until_scn > scn and (sources is None or g.source in sources)]
+
+
 class BootstrapStore:
     def __init__(self, uri: str) -> None:
         if "://" not in uri:

@@ -151,6 +151,16 @@ def _seed(args: argparse.Namespace) -> int:
             f"seeded {seeded.source}: {seeded.rows} rows in {seeded.chunks} chunks at SCNs "
             f"{seeded.min_scn}..{seeded.max_scn}"
         )
+    if report.blocked:
+        gaps = "; ".join(
+            f"{g.source} after SCN {g.after_scn} up to {g.until_scn}" for g in report.blocked
+        )
+        print(
+            f"sluice: no snapshot published: the store's log has a gap ({gaps}); seed "
+            f"{' '.join('--table ' + g.source for g in report.blocked)} too",
+            file=sys.stderr,
+        )
+        return 1
     print(
         f"bootstrap store {job.store.uri}: snapshot at SCN {report.snapshot_scn} "
         f"({report.rows} rows seeded in {report.seconds:.1f} s)"

@@ -15,6 +15,7 @@ from sluice.errors import (
     BootstrapRequired,
     CheckpointError,
     ConfigError,
+    LogGap,
     RelayError,
     RelayUnavailable,
     SchemaError,
@@ -43,6 +44,9 @@ async def _error_body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
 
 def raise_for_status(status: int, body: dict[str, Any], url: str, since_scn: int | None) -> None:
     message = f"{url}: {body.get('error', f'HTTP {status}')}"
+    if status == 410 and isinstance(body.get("gap"), list) and len(body["gap"]) == 2:
+        after, until = (int(v) for v in body["gap"])
+        raise LogGap(message, scn=since_scn, after_scn=after, until_scn=until)
     if status == 410:
         raise BootstrapRequired(message, scn=since_scn, oldest_scn=body.get("oldest_scn"))
     if status == 409:

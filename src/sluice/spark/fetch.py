@@ -45,13 +45,39 @@ class Fetcher:
             )
         return self.options.bootstrap
 
+    def relay_sources(self) -> list[str]:
+        return sorted(s["source"] for s in self._relay_call("/sources")["sources"])
+
     def check_sources(self) -> None:
-        known = {s["source"] for s in self._relay_call("/sources")["sources"]}
+        known = set(self.relay_sources())
         unknown = [s for s in self.options.sources if s not in known]
         if unknown:
             raise SchemaError(
                 f"unknown source {unknown[0]!r}; the relay captures: " + ", ".join(sorted(known))
             )
+
+    def source_holds(self, since_scn: int) -> bool:
+        """Whether a relay can still read the windows after ``since_scn`` again from its
+        source's binlog (a cold read starts); False when the source purged those binlogs."""
+        params = {"since_scn": str(since_scn), "timeout_ms": "0", "max_bytes": "1", "cold": "true"}
+        if self.options.sources:
+            params["sources"] = ",".join(self.options.sources)
+        try:
+            for _frame in self._relay_frames(params):
+                break  # the relay accepted the range: the binlog is there
+        except BootstrapRequired:
+            return False
+        return True
+
+    def _relay_frames(self, params: dict[str, str]) -> Iterator[bytes | Heartbeat]:
+        errors = []
+        for url in self.options.relays:
+            try:
+                yield from frames(url, "/stream", params)
+                return
+            except RelayUnavailable as exc:
+                errors.append(str(exc))
+        raise RelayUnavailable("no relay answered: " + "; ".join(errors))
 
     def offset_after(self, since_scn: int, max_events: int) -> dict[str, Any]:
         params = {"since_scn": str(since_scn), "max_events": str(max_events)}

@@ -24,6 +24,9 @@ class SourceOptions:
     arrow: bool = True  # False yields tuples (slower; kept for the benchmark)
     cold_read: bool = False  # ask relays for ranges older than their buffer (from the binlog)
     images: bool = True  # internal: False leaves before/after null (the bootstrap log)
+    # internal (the bootstrap job): a range no relay or binlog holds any more becomes a gap
+    # marker row (op "g") instead of failing the query
+    mark_gaps: bool = False
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -70,6 +73,8 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     typed = _flag(options, "typed")
     if typed and len(sources) != 1:
         raise ConfigError("typed=true needs exactly one source in option sources")
+    if _flag(options, "markgaps") and (typed or not _flag(options, "includeraw")):
+        raise ConfigError("option markGaps needs includeRaw=true and typed=false")
     ending = options.get("endingscn")
     return SourceOptions(
         relays=relays,
@@ -86,4 +91,5 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         arrow=options.get("arrow", "true").strip().lower() != "false",
         cold_read=_flag(options, "coldread"),
         images=options.get("images", "true").strip().lower() != "false",
+        mark_gaps=_flag(options, "markgaps"),
     )

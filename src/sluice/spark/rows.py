@@ -83,6 +83,19 @@ class GenericRows:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
+def gap_markers(sources: list[str], after: int, until: int) -> pa.RecordBatch:
+    """One marker row per source (op ``g``, at SCN ``until``, no key): the log lacks the
+    windows ``(after, until]``. ``after`` holds ``{"gap_after": SCN}``."""
+    rows = GenericRows(include_raw=True)
+    ts = dt.datetime.now(dt.UTC)
+    marker = json.dumps({"gap_after": after})
+    for source in sources:
+        values = [until, source, "g", ts, None, None, marker, 0, 0, 0, b""]
+        for column, value in zip(rows.columns, values, strict=True):
+            column.append(value)
+    return rows.batch()
+
+
 # -- typed rows ---------------------------------------------------------------------------------
 _SPARK = {
     "int": "long",

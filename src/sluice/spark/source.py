@@ -30,7 +30,15 @@ from pyspark.sql.types import StructType
 from sluice.errors import BootstrapRequired
 from sluice.spark.fetch import Fetcher
 from sluice.spark.options import SourceOptions, parse_options
-from sluice.spark.rows import GENERIC_DDL, RAW_DDL, GenericRows, TypedRows, chunks, typed_ddl
+from sluice.spark.rows import (
+    GENERIC_DDL,
+    RAW_DDL,
+    GenericRows,
+    TypedRows,
+    chunks,
+    gap_markers,
+    typed_ddl,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,7 @@ class ScnRange(InputPartition):
     index: int
     count: int
     snapshot: bool = False
+    gap_after: int | None = None  # a gap marker: no relay or binlog holds (gap_after, end]
 
 
 class _Reading:
@@ -57,6 +66,13 @@ class _Reading:
         return GenericRows(self.options.include_raw, op, images=self.options.images)
 
     def _read(self, part: ScnRange) -> Iterator[pa.RecordBatch]:
+        if part.gap_after is not None:
+            batch = gap_markers(self._sources(), part.gap_after, part.end)
+            if self.options.arrow:
+                yield batch
+            else:
+                yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
+            return
         if part.snapshot:
             windows = self.fetcher.snapshot_windows(part.index, part.count)
         else:
@@ -64,6 +80,21 @@ class _Reading:
         yield from chunks(
             self._rows(part.snapshot), windows, self.fetcher.codec, self.options.arrow
         )
+
+    def _sources(self) -> list[str]:
+        if self.options.sources:
+            return list(self.options.sources)
+        return self.fetcher.relay_sources()
+
+    def _gap(self, since: int) -> dict[str, Any] | None:
+        """With ``markGaps``: the offset past a range that neither a relay's buffer nor its
+        source's binlog holds any more (the batch up to it is one gap marker per source)."""
+        if not self.options.mark_gaps or since <= 0:
+            return None
+        oldest = int(self.fetcher.relay_stats()["min_scn"])
+        if since >= oldest or self.fetcher.source_holds(since):
+            return None
+        return {"scn": oldest, "phase": "log", "gap_after": since}
 
     def _split(self, start: int, end: int, snapshot: bool = False) -> list[ScnRange]:
         n = self.options.partitions
@@ -116,6 +147,9 @@ class SluiceStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
         if start.get("phase") == "snapshot":
             return {"scn": int(self.fetcher.bootstrap_stats()["snapshot_scn"]), "phase": "log"}
         since = int(start["scn"])
+        gap = self._gap(since)
+        if gap is not None:
+            return gap
         latest = self._available() if self._target is None else self._target
         if latest <= since:
             return start
@@ -127,6 +161,8 @@ class SluiceStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[ScnRange]:
         if start.get("phase") == "snapshot":
             return self._split(0, int(end["scn"]), snapshot=True)
+        if "gap_after" in end:
+            return [ScnRange(int(start["scn"]), int(end["scn"]), 0, 1, gap_after=end["gap_after"])]
         return self._split(int(start["scn"]), int(end["scn"]))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

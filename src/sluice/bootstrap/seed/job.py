@@ -17,10 +17,10 @@ from typing import Any
 
 import pymysql
 
-from sluice.bootstrap.fold import check_coverage, fold
+from sluice.bootstrap.fold import blocked_by_gaps, check_coverage, fold
 from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, run_chunk
 from sluice.bootstrap.seed.records import Seeded, SeedPlan, SeedRecords
-from sluice.bootstrap.store import BootstrapStore
+from sluice.bootstrap.store import BootstrapStore, Gap
 from sluice.capture.metadata import end_scn
 from sluice.capture.snapshot import (
     check_condition,
@@ -52,6 +52,8 @@ class SeedReport:
     snapshot_scn: int | None
     seconds: float
     read_seconds: float = 0.0  # of which reading chunks (the rest: planning, publishing)
+    # sources still behind a log gap: no snapshot with the seeded rows until they are seeded
+    blocked: tuple[Gap, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -165,7 +167,10 @@ class SeedJob:
         read_s = time.monotonic() - reading
         seeded = tuple(self._finish(plan) for plan in self.plans)
         snapshot = fold(spark, self.store)
-        return SeedReport(seeded, len(tasks), snapshot, time.monotonic() - started, read_s)
+        blocked = tuple(blocked_by_gaps(spark, self.store).values())
+        return SeedReport(
+            seeded, len(tasks), snapshot, time.monotonic() - started, read_s, blocked
+        )
 
     def _run_tasks(self, spark: Any, tasks: list[ChunkTask], total: int) -> None:
         watcher = _ProgressWatcher(self, total, self.progress)
