@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from benchmarks.common import SMALL_TABLE_DDL, fill_small_table, table, write_results
+from benchmarks.spark_ceiling import ceiling
 from sluice.bootstrap.fold import LOG_DDL, fold
 from sluice.bootstrap.job import spark_session
 from sluice.bootstrap.server import BootstrapServer
@@ -185,12 +186,17 @@ def _serve_bench(store: BootstrapStore, rows: int) -> dict[str, Any]:
     }
 
 
-def run(events: int = 300_000, changes: int = 3_000_000, keys: int = 1_000_000) -> dict[str, Any]:
+def run(events: int = 1_000_000, changes: int = 3_000_000, keys: int = 1_000_000) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="sluice-spark-bench-"))
     spark = spark_session("local[2]", "sluice-bench")
     register(spark)
     try:
         stream = _stream_bench(spark, work, events)
+        stream["ceiling"] = ceiling(spark, work, events)
+        stream["bootstrap_log_vs_ceiling"] = round(
+            stream["bootstrap_log_events_per_s"] / stream["ceiling"]["python_source_rows_per_s"],
+            2,
+        )
         folded, store = _fold_bench(spark, work, changes, keys)
         serving = _serve_bench(store, folded["snapshot_rows"])
     finally:
@@ -221,6 +227,13 @@ def run(events: int = 300_000, changes: int = 3_000_000, keys: int = 1_000_000) 
                     "bootstrap log vs Spark Parquet",
                     f"{stream['bootstrap_log_vs_spark_parquet']}x",
                 ),
+                (
+                    "ceiling: a Python data source yielding pre-built Arrow -> Parquet",
+                    f"{stream['ceiling']['python_source_rows_per_s']} rows/s "
+                    f"({stream['ceiling']['python_source_vs_spark_parquet']}x Spark's "
+                    "Parquet -> Parquet, batch)",
+                ),
+                ("bootstrap log vs that ceiling", f"{stream['bootstrap_log_vs_ceiling']}x"),
                 ("Arrow vs tuples", f"{stream['arrow_vs_tuples']}x"),
                 ("sluice (Arrow) vs Spark Parquet", f"{stream['sluice_arrow_vs_spark_parquet']}x"),
                 (

@@ -172,6 +172,8 @@ class BootstrapJob:
         stream = (
             spark.readStream.format("sluice")
             .options(**self._reader_options(start))
+            # One reader per core: each reads the key partition i/n of every window.
+            .option("partitions", str(max(1, spark.sparkContext.defaultParallelism)))
             .load()
             .withColumn("log_file", F.shiftright("scn", 32))
         )

@@ -7,7 +7,7 @@ import datetime as dt
 import json
 from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -200,8 +200,14 @@ class TypedRows:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
+class Rows(Protocol):
+    def __len__(self) -> int: ...
+    def add_window(self, record: bytes, codec_for: CodecLookup) -> None: ...
+    def batch(self) -> pa.RecordBatch: ...
+
+
 def chunks(
-    rows: GenericRows | TypedRows,
+    rows: Rows,
     windows: Iterable[bytes],
     codec_for: CodecLookup,
     arrow: bool = True,
@@ -216,8 +222,8 @@ def chunks(
         yield from _drain(rows, arrow)
 
 
-def _drain(rows: GenericRows | TypedRows, arrow: bool) -> Iterable[Any]:
-    if arrow:
+def _drain(rows: Rows, arrow: bool) -> Iterable[Any]:
+    if arrow or not isinstance(rows, GenericRows | TypedRows):
         yield rows.batch()
         return
     columns, rows.columns = rows.columns, [[] for _ in rows.columns]

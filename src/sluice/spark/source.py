@@ -29,6 +29,7 @@ from pyspark.sql.types import StructType
 
 from sluice.errors import BootstrapRequired
 from sluice.spark.fetch import Fetcher
+from sluice.spark.logrows import LogRows
 from sluice.spark.options import SourceOptions, parse_options
 from sluice.spark.rows import (
     GENERIC_DDL,
@@ -59,11 +60,14 @@ class _Reading:
         self.fetcher = Fetcher(options)
         self.typed_schema = typed_schema
 
-    def _rows(self, snapshot: bool) -> GenericRows | TypedRows:
+    def _rows(self, snapshot: bool) -> GenericRows | TypedRows | LogRows:
         op = "r" if snapshot else None
         if self.typed_schema is not None:
             return TypedRows(self.typed_schema, op)
-        return GenericRows(self.options.include_raw, op, images=self.options.images)
+        options = self.options
+        if options.include_raw and not options.images and options.arrow:
+            return LogRows(op)  # the bootstrap log: its fast path
+        return GenericRows(options.include_raw, op, images=options.images)
 
     def _read(self, part: ScnRange) -> Iterator[pa.RecordBatch]:
         if part.gap_after is not None:

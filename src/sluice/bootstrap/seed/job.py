@@ -168,9 +168,7 @@ class SeedJob:
         seeded = tuple(self._finish(plan) for plan in self.plans)
         snapshot = fold(spark, self.store)
         blocked = tuple(blocked_by_gaps(spark, self.store).values())
-        return SeedReport(
-            seeded, len(tasks), snapshot, time.monotonic() - started, read_s, blocked
-        )
+        return SeedReport(seeded, len(tasks), snapshot, time.monotonic() - started, read_s, blocked)
 
     def _run_tasks(self, spark: Any, tasks: list[ChunkTask], total: int) -> None:
         watcher = _ProgressWatcher(self, total, self.progress)
