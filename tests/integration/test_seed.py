@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow.parquet as pq
 import pymysql
 import pytest
 
@@ -16,9 +17,11 @@ from sluice.bootstrap.job import BootstrapJob, JobConfig
 from sluice.bootstrap.seed.job import SeedConfig, SeedJob
 from sluice.bootstrap.seed.records import SeedRecords
 from sluice.bootstrap.server import BootstrapServer
-from sluice.bootstrap.store import BootstrapStore
+from sluice.bootstrap.store import GENERATION_SHIFT, BootstrapStore, generation_of
 from sluice.capture import parse_source_url
 from sluice.client import Client, ClientConfig
+from sluice.core.wire import Heartbeat, decode_events, read_window_header
+from sluice.spark.http import frames
 from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer, ServiceThread
 from sluice.testing.truth import table_rows
 from tests.integration.support import (
@@ -214,9 +217,18 @@ def test_reseeding_one_table_replaces_its_rows_only(
     before = store.current()
     assert before is not None and set(before["seeds"]) == set(SOURCES)
     orders = SOURCES[1]
+    # A consumer is in the middle of reading the snapshot when the re-seed republishes it.
+    first_hashes, cursor = _snapshot_hashes(server.url, before["scn"], orders, None, first=True)
     again = SeedJob(SeedConfig(parse_source_url(mariadb.url), (orders,), store.uri, 5000))
     again.prepare()
     report = again.run(spark)
+    rest, _ = _snapshot_hashes(server.url, before["scn"], orders, f"{orders}:{cursor}")
+    old = pq.read_table(store.path("snapshots", before["dir"], f"source={orders}"))
+    assert cursor >> GENERATION_SHIFT == generation_of(before["dir"])
+    # It continues in the generation it started in: every row once, none skipped.
+    assert sorted(first_hashes + rest) == sorted(
+        h & 0xFFFFFFFF for h in old.column("key_hash").to_pylist()
+    )
     assert report.seeded[0].chunks in (4, 5)
     after = store.current()
     assert after is not None and report.snapshot_scn == after["scn"] == before["scn"]
@@ -239,6 +251,26 @@ def test_reseeding_one_table_replaces_its_rows_only(
     assert_replica_equals(replica, conn, SOURCES)
 
 
+def _snapshot_hashes(
+    url: str, scn: int, source: str, after: str | None, first: bool = False
+) -> tuple[list[int], int]:
+    """Key hashes of the snapshot rows of ``source`` (the first window only, with ``first``)
+    and the cursor after the last window read."""
+    params = {"snapshot_scn": str(scn), "sources": source}
+    if after is not None:
+        params["after"] = after
+    hashes: list[int] = []
+    cursor = -1
+    for frame in frames(url, "/snapshot", params):
+        if isinstance(frame, Heartbeat):
+            break
+        hashes += [e.key_hash for e in decode_events(frame)]
+        cursor = read_window_header(frame).prev_scn
+        if first:
+            break
+    return hashes, cursor
+
+
 def test_a_table_added_later_is_logged_from_then_on_and_seeded(
     mariadb: PrivateMariaDB, database: str, tmp_path: Any, spark: Any
 ) -> None:
@@ -253,7 +285,10 @@ def test_a_table_added_later_is_logged_from_then_on_and_seeded(
         BootstrapJob(JobConfig((relay.url,), (first,), store, once=True), spark).run()
     with conn.cursor() as cur:
         cur.execute("UPDATE later SET v = -v WHERE id <= 10")  # before the relay sees it
-    with RelayThread(relay_config(mariadb, [first, later], tmp_path / "relay")) as relay:
+    config = relay_config(mariadb, [first, later], tmp_path / "relay")
+    # The server runs throughout: it serves the added table without a restart.
+    with ServiceThread(BootstrapServer(store, port=0)) as server, RelayThread(config) as relay:
+        assert get_json(server.url + "/sources") == {"sources": [{"source": first}]}
         with conn.cursor() as cur:
             cur.execute("UPDATE later SET v = 0 WHERE id > 290")
             cur.execute("UPDATE first SET v = 0 WHERE id > 290")
@@ -267,10 +302,10 @@ def test_a_table_added_later_is_logged_from_then_on_and_seeded(
         job.run()
         meta = BootstrapStore(store).meta()
         assert meta.sources == (first, later) and meta.start_of(later) > meta.start_of(first)
-        with ServiceThread(BootstrapServer(store, port=0)) as server:
-            replica = ReplicaConsumer()
-            Client(
-                ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url), replica
-            ).run(until_caught_up=True)
+        assert len(get_json(server.url + "/sources")["sources"]) == 2
+        replica = ReplicaConsumer()
+        Client(ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url), replica).run(
+            until_caught_up=True
+        )
     assert_replica_equals(replica, conn, [first, later])
     conn.close()

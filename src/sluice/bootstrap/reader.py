@@ -13,7 +13,13 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from sluice.bootstrap.store import BootstrapStore, Gap
+from sluice.bootstrap.store import (
+    GENERATION_SHIFT,
+    ROW_MASK,
+    BootstrapStore,
+    Gap,
+    generation_of,
+)
 from sluice.core import wire
 from sluice.errors import SchemaError
 from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
@@ -77,7 +83,12 @@ class StoreReader:
         self._snapshots: dict[str, pa.Table] = {}  # by folder (one SCN can be republished)
 
     # -- log ---------------------------------------------------------------------------------
+    def refresh_meta(self) -> None:
+        """Re-read the store's marker: a table added to the store is served without restart."""
+        self.meta = self.store.meta()
+
     def view(self) -> _LogView:
+        self.refresh_meta()
         files = committed_files(self.store) if self.store.has_log() else []
         with self._lock:
             if self._view is not None and self._view.files == files:
@@ -130,8 +141,10 @@ class StoreReader:
         yield wire.Heartbeat(max(view.max_scn, since))
 
     # -- snapshots ---------------------------------------------------------------------------
-    def snapshot_table(self, scn: int, source: str) -> pa.Table:
-        folder = self.store.path(self.store.snapshot_dir(scn), f"source={source}")
+    def snapshot_table(self, scn: int, source: str, generation: str | None = None) -> pa.Table:
+        """Rows of ``source`` in snapshot ``scn`` (its current folder, or the folder
+        ``generation``)."""
+        folder = self.store.path(generation or self.store.snapshot_dir(scn), f"source={source}")
         with self._lock:
             cached = self._snapshots.get(folder)
         if cached is not None:
@@ -143,10 +156,13 @@ class StoreReader:
                 columns=["key", "key_hash", "schema_version", "payload"]
             )
             table = table.sort_by([("key", "ascending")])
+        current = self.store.current()
+        keep = {folder.rsplit("/", 1)[0]}  # this generation's tables, and the current one's
+        if current is not None:
+            keep.add(self.store.path(self.store.snapshot_dir(int(current["scn"]))))
         with self._lock:
-            generation = folder.rsplit("/", 1)[0]
             self._snapshots = {
-                k: v for k, v in self._snapshots.items() if k.rsplit("/", 1)[0] == generation
+                k: v for k, v in self._snapshots.items() if k.rsplit("/", 1)[0] in keep
             }
             self._snapshots[folder] = table
         return table
@@ -159,14 +175,18 @@ class StoreReader:
         after: tuple[str, int] | None,
         max_bytes: int,
         per_window: int = 500,
+        folder: str | None = None,
     ) -> Iterator[bytes | wire.Heartbeat]:
-        """``r`` events of the snapshot in (source, key) order; a heartbeat when complete."""
+        """``r`` events of the snapshot in (source, key) order; a heartbeat when complete.
+        Each window's ``prev_scn`` is the cursor to resume after it (``after``)."""
+        folder = folder or self.store.snapshot_dir(scn)
         sent = 0
         for source in sorted(sources):
             if after is not None and source < after[0]:
                 continue
-            first = after[1] + 1 if after is not None and source == after[0] else 0
-            for record in self._source_rows(scn, source, flt, first, per_window):
+            first = (after[1] & ROW_MASK) + 1 if after is not None and source == after[0] else 0
+            rows = self._source_rows(scn, source, flt, first, per_window, folder)
+            for record in rows:
                 yield record
                 sent += len(record)
                 if sent >= max_bytes:
@@ -174,9 +194,10 @@ class StoreReader:
         yield wire.Heartbeat(scn)
 
     def _source_rows(
-        self, scn: int, source: str, flt: wire.Filter, first: int, per_window: int
+        self, scn: int, source: str, flt: wire.Filter, first: int, per_window: int, folder: str
     ) -> Iterator[bytes]:
-        table = self.snapshot_table(scn, source)
+        table = self.snapshot_table(scn, source, folder)
+        cursor = generation_of(folder) << GENERATION_SHIFT
         if not table.num_rows:
             return
         name = source.encode()
@@ -194,7 +215,7 @@ class StoreReader:
                     )
                 )
             if len(events) >= per_window or (row == table.num_rows - 1 and events):
-                yield wire.encode_window(scn, row, 0, events)
+                yield wire.encode_window(scn, cursor | row, 0, events)
                 events = []
 
     # -- schemas -----------------------------------------------------------------------------

@@ -12,7 +12,13 @@ from aiohttp import web
 
 from sluice.bootstrap.reader import StoreReader
 from sluice.bootstrap.seed.records import SeedRecords
-from sluice.bootstrap.store import BootstrapStore, Gap, gaps_after
+from sluice.bootstrap.store import (
+    GENERATION_SHIFT,
+    BootstrapStore,
+    Gap,
+    gaps_after,
+    generation_dir,
+)
 from sluice.core import wire
 from sluice.core.component import AsyncComponent
 from sluice.core.requests import HttpProblem, parse_offsets, parse_partition, parse_stream
@@ -29,10 +35,13 @@ class BootstrapServer(AsyncComponent):
     def __init__(self, store: str, host: str = "127.0.0.1", port: int = 7080) -> None:
         self.reader = StoreReader(BootstrapStore(store))
         self.host, self.port = host, port
-        self.sources = self.reader.meta.sources
         self.requests = 0
         self.rows_served = 0
         self._runner: web.AppRunner | None = None
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.reader.meta.sources
 
     async def start(self) -> BootstrapServer:
         app = web.Application(middlewares=[errors_as_json])
@@ -121,9 +130,11 @@ class BootstrapServer(AsyncComponent):
         return web.Response(text=text, content_type="text/plain")
 
     async def list_sources(self, request: web.Request) -> web.Response:
+        await asyncio.to_thread(self.reader.refresh_meta)
         return json_response(200, {"sources": [{"source": s} for s in self.sources]})
 
     async def schemas(self, request: web.Request) -> web.Response:
+        await asyncio.to_thread(self.reader.refresh_meta)
         source = request.match_info["source"]
         if source not in self.sources:
             raise HttpProblem(
@@ -133,6 +144,7 @@ class BootstrapServer(AsyncComponent):
         return json_response(200, {"source": source, "versions": body.get(source, [])})
 
     async def offsets(self, request: web.Request) -> web.Response:
+        await asyncio.to_thread(self.reader.refresh_meta)
         req = parse_offsets(request.query, frozenset(self.sources))
         await asyncio.to_thread(self._check_since, req.since_scn, _names(req.filter.sources))
 
@@ -168,12 +180,14 @@ class BootstrapServer(AsyncComponent):
             )
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.to_thread(self.reader.refresh_meta)
         req = parse_stream(request.query, frozenset(self.sources), 8 << 20, 0)
         await asyncio.to_thread(self._check_since, req.since_scn, _names(req.filter.sources))
         frames = self.reader.log_windows(req.since_scn, req.filter, req.max_bytes)
         return await self._send(request, frames, req.json)
 
     async def snapshot(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.to_thread(self.reader.refresh_meta)
         query = request.query
         current = self.reader.store.current_snapshot()
         if current is None:
@@ -183,16 +197,11 @@ class BootstrapServer(AsyncComponent):
             if query.get("snapshot_scn", "").isdigit()
             else current
         )
-        if scn != current and not self.reader.store.exists(self.reader.store.snapshot_dir(scn)):
-            raise HttpProblem(
-                410,
-                f"snapshot {scn} is gone; restart from snapshot {current}",
-                snapshot_scn=current,
-            )
         req = parse_stream({**query, "since_scn": "0"}, frozenset(self.sources), 8 << 20, 0)
         after = _parse_after(query.get("after"))
         parse_partition(query.get("partition"))
         sources = list(req.sources or self.sources)
+        folder = self._snapshot_folder(scn, current, after)
         behind = gaps_after((await asyncio.to_thread(self.reader.view)).gaps, scn, sources)
         if behind:
             raise HttpProblem(
@@ -201,8 +210,26 @@ class BootstrapServer(AsyncComponent):
                 f"{behind[0].after_scn} up to {behind[0].until_scn}): retry once the "
                 f"bootstrap job has seeded {behind[0].source} again and published a newer one",
             )
-        frames = self.reader.snapshot_windows(scn, sources, req.filter, after, req.max_bytes)
+        frames = self.reader.snapshot_windows(
+            scn, sources, req.filter, after, req.max_bytes, folder=folder
+        )
         return await self._send(request, frames, req.json, {"X-Sluice-Snapshot-Scn": str(scn)})
+
+    def _snapshot_folder(self, scn: int, current: int, after: tuple[str, int] | None) -> str:
+        """The generation folder a snapshot read continues in: the one its cursor names (a
+        re-seed may have republished the same SCN in a new folder meanwhile), else the
+        current folder of ``scn``."""
+        store = self.reader.store
+        generation = 0 if after is None else after[1] >> GENERATION_SHIFT
+        folder = store.snapshot_dir(scn) if not generation else generation_dir(scn, generation)
+        if (generation or scn != current) and not store.exists(folder):
+            raise HttpProblem(
+                410,
+                f"snapshot {scn} (generation {generation or 1}) is gone; restart from "
+                f"snapshot {current}",
+                snapshot_scn=current,
+            )
+        return folder
 
     async def _send(
         self,

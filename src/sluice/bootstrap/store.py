@@ -30,6 +30,11 @@ from sluice.errors import ConfigError
 log = logging.getLogger(__name__)
 MARKER = "sluice-store.json"
 KEEP_SNAPSHOTS = 3
+# A snapshot window's ``prev_scn`` is the client's resume cursor: its last row number, with
+# the generation folder's number above this bit (``scn=N`` is 1, ``scn=N.K`` is K), so a read
+# continues in the folder it started in even when the same SCN is republished.
+GENERATION_SHIFT = 48
+ROW_MASK = (1 << GENERATION_SHIFT) - 1
 _FOLD_LOCK = threading.Lock()
 
 
@@ -59,6 +64,16 @@ class Gap:
 
     def to_json(self) -> list[int]:
         return [self.after_scn, self.until_scn]
+
+
+def generation_of(folder: str) -> int:
+    """``snapshots/scn=N`` -> 1, ``snapshots/scn=N.K`` -> K."""
+    _scn, _, k = folder.rsplit("=", 1)[1].partition(".")
+    return int(k or 1)
+
+
+def generation_dir(scn: int, generation: int) -> str:
+    return f"snapshots/scn={scn}" if generation <= 1 else f"snapshots/scn={scn}.{generation}"
 
 
 def gaps_after(gaps: list[Gap], scn: int, sources: list[str] | None = None) -> list[Gap]:
