@@ -197,6 +197,20 @@ def render() -> str:
                         if "bootstrap_log_events_per_s" in pq
                         else []
                     ),
+                    *(
+                        [
+                            (
+                                "ceiling: a Python data source yielding pre-built Arrow -> "
+                                "Parquet (batch)",
+                                f"{_n(pq['ceiling']['python_source_rows_per_s'])} rows/s "
+                                f"({pq['ceiling']['python_source_vs_spark_parquet']}x Spark's "
+                                f"Parquet -> Parquet; bootstrap log "
+                                f"{pq['bootstrap_log_vs_ceiling']}x of it)",
+                            )
+                        ]
+                        if "ceiling" in pq
+                        else []
+                    ),
                 ]
             ),
         ]

@@ -82,13 +82,17 @@ def _ns(source: str) -> str:
 
 
 def key_formatter(kind: str) -> Callable[[Any], str]:
+    """A key column's canonical JSON text from its canonical value; None (a zero DATE or
+    DATETIME in a key, which the JSON mapping makes null) is ``null``."""
     if kind in ("int", "year", "bit"):
-        return str
+        return lambda v: "null" if v is None else str(v)
     if kind in ("string", "enum", "uuid", "inet6"):
         return lambda v: json.dumps(v, ensure_ascii=False)
     convert = canonical_converter(kind)
-    return lambda v: json.dumps(
-        convert(v), ensure_ascii=False, sort_keys=True, separators=(",", ":")
+    return lambda v: (
+        "null"
+        if v is None
+        else json.dumps(convert(v), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     )
 
 

@@ -311,7 +311,9 @@ def key_text(columns: Sequence[Column], primary_key: Sequence[str]) -> Callable[
         union = isinstance(col.avro_type(), list)
         indent = "        " if union else "    "
         if union:
-            lines += ["    pos += 1", "    if data[pos - 1]:"]
+            # A key column can be null in Avro: a zero DATE/DATETIME in a key is JSON null.
+            default = [f'    v{i} = "null"'] if col.name in primary_key else []
+            lines += [*default, "    pos += 1", "    if data[pos - 1]:"]
         if col.name in primary_key:
             lines += [f"{indent}{line}" for line in gen.column(i, col)]
         else:
