@@ -16,7 +16,7 @@ from sluice.bootstrap.fold import fold
 from sluice.bootstrap.job import BootstrapJob, JobConfig
 from sluice.bootstrap.reader import snapshot_rows
 from sluice.bootstrap.server import BootstrapServer
-from sluice.bootstrap.store import BootstrapStore
+from sluice.bootstrap.store import GENERATION_SHIFT, ROW_MASK, BootstrapStore
 from sluice.client import Client, ClientConfig, FileCheckpointStore, MemoryCheckpointStore
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import Window
@@ -151,7 +151,9 @@ def test_consumer_stopped_during_snapshot_resumes_there(
     first.client.run()
     stopped_at = store.load()
     assert isinstance(stopped_at, Snapshot) and stopped_at.source == source
-    assert stopped_at.row == first.r_events - 1 and first.r_events > 0
+    # The cursor: the last row's number, and the generation folder it was read from.
+    assert stopped_at.row & ROW_MASK == first.r_events - 1 and first.r_events > 0
+    assert stopped_at.row >> GENERATION_SHIFT == 1
 
     second = StopAfterOneWindow()  # counts rows; never stops
     Client(config, second, store).run(until_caught_up=True)

@@ -19,6 +19,7 @@ from pyspark.sql import functions as F  # noqa: N812
 from sluice.bootstrap.fold import blocked_by_gaps, fold
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.url import SourceUrl
+from sluice.core.names import schemas_path
 from sluice.errors import SluiceError
 from sluice.spark import register
 from sluice.spark.fetch import Fetcher
@@ -107,7 +108,7 @@ def spark_failure(what: str, exc: BaseException) -> SluiceError:
 def save_schemas(relays: tuple[str, ...], sources: tuple[str, ...], store: BootstrapStore) -> None:
     """Keep every schema version in the store, so its events stay decodable on their own.
     Versions only the store knows (a seed saw a table change first) are kept."""
-    store.merge_schemas({s: get_json(relays[0], f"/schemas/{s}")["versions"] for s in sources})
+    store.merge_schemas({s: get_json(relays[0], schemas_path(s))["versions"] for s in sources})
 
 
 class BootstrapJob:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from urllib.parse import unquote
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ from sluice.bootstrap.store import (
     BootstrapStore,
     Gap,
     generation_of,
+    partition_dir,
 )
 from sluice.core import wire
 from sluice.errors import SchemaError
@@ -31,8 +33,9 @@ _PARTITIONING = ds.partitioning(
 
 
 def _fs_path(store: BootstrapStore, uri: str) -> str:
+    """A path the sink's metadata names (a URI, percent-encoded) as a pyarrow path."""
     if uri.startswith("file:"):
-        return "/" + uri.split(":", 1)[1].lstrip("/")
+        return "/" + unquote(uri.split(":", 1)[1]).lstrip("/")
     if "://" in uri:
         return str(pafs.FileSystem.from_uri(uri)[1])
     return uri if uri.startswith("/") else store.path("log", uri)
@@ -144,7 +147,9 @@ class StoreReader:
     def snapshot_table(self, scn: int, source: str, generation: str | None = None) -> pa.Table:
         """Rows of ``source`` in snapshot ``scn`` (its current folder, or the folder
         ``generation``)."""
-        folder = self.store.path(generation or self.store.snapshot_dir(scn), f"source={source}")
+        folder = self.store.path(
+            generation or self.store.snapshot_dir(scn), partition_dir("source", source)
+        )
         with self._lock:
             cached = self._snapshots.get(folder)
         if cached is not None:

@@ -51,7 +51,7 @@ class BootstrapServer(AsyncComponent):
             ("/offsets", self.offsets),
             ("/stats", self.stats),
             ("/sources", self.list_sources),
-            ("/schemas/{source}", self.schemas),
+            ("/schemas/{source:.+}", self.schemas),
             ("/metrics", self.metrics),
             ("/healthz", self.healthz),
         ):

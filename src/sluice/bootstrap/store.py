@@ -66,6 +66,17 @@ class Gap:
         return [self.after_scn, self.until_scn]
 
 
+# Characters Spark escapes (as %XX) in partition folder names (ExternalCatalogUtils).
+_SPARK_ESCAPES = frozenset("\"#%'*/:=?\\\x7f{[]^") | frozenset(chr(c) for c in range(1, 32))
+
+
+def partition_dir(column: str, value: str) -> str:
+    """The folder Spark's ``partitionBy`` writes for ``value`` (a source name may hold any
+    character but NUL)."""
+    escaped = "".join(f"%{ord(c):02X}" if c in _SPARK_ESCAPES else c for c in value)
+    return f"{column}={escaped}"
+
+
 def generation_of(folder: str) -> int:
     """``snapshots/scn=N`` -> 1, ``snapshots/scn=N.K`` -> K."""
     _scn, _, k = folder.rsplit("=", 1)[1].partition(".")

@@ -7,6 +7,7 @@ from typing import Any
 import pymysql
 
 from sluice.capture.metadata import json_columns
+from sluice.core.names import split_source
 from sluice.errors import SourceSetupError
 from sluice.schemas import Column, TableSchema
 
@@ -69,7 +70,7 @@ def _column(row: dict[str, Any], json_columns: set[str]) -> Column:
 
 
 def describe_table(conn: pymysql.Connection[Any], source: str) -> TableSchema:
-    schema, _, table = source.partition(".")
+    schema, table = split_source(source)
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "

@@ -7,6 +7,7 @@ from typing import Any
 
 import pymysql
 
+from sluice.core.names import split_source
 from sluice.core.scn import scn_of_log, split_log_name
 from sluice.errors import SourceSetupError
 
@@ -147,7 +148,7 @@ def _check_replication_grant(conn: pymysql.Connection[Any]) -> None:
 
 def _check_tables(conn: pymysql.Connection[Any], tables: tuple[str, ...]) -> None:
     for source in tables:
-        schema, _, table = source.partition(".")
+        schema, table = split_source(source)
         found = _query(
             conn,
             "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
@@ -174,7 +175,7 @@ def load_collations(conn: pymysql.Connection[Any]) -> dict[int, str | None]:
 
 def json_columns(conn: pymysql.Connection[Any], source: str) -> set[str]:
     """MariaDB's JSON columns: LONGTEXT with a ``json_valid`` CHECK named after the column."""
-    schema, _, table = source.partition(".")
+    schema, table = split_source(source)
     rows = _query(
         conn,
         "SELECT CONSTRAINT_NAME FROM information_schema.CHECK_CONSTRAINTS WHERE "
@@ -185,7 +186,7 @@ def json_columns(conn: pymysql.Connection[Any], source: str) -> set[str]:
 
 
 def column_info(conn: pymysql.Connection[Any], source: str) -> dict[str, ColumnInfo]:
-    schema, _, table = source.partition(".")
+    schema, table = split_source(source)
     checks = json_columns(conn, source)
     rows = _query(
         conn,

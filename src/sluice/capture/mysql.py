@@ -17,6 +17,7 @@ from sluice.capture.binlog.protocol import BinlogStream, ConnectParams, LogPosit
 from sluice.capture.binlog.tablemap import parse_table_map
 from sluice.capture.metadata import ServerInfo, check_server, column_info, end_scn
 from sluice.capture.tables import TableDecoder
+from sluice.core.names import source_name
 from sluice.core.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
 from sluice.errors import (
     DecodeError,
@@ -242,7 +243,7 @@ class MySQLCapture:
         schema = body[9 : 9 + schema_len].decode()
         table_len = body[10 + schema_len]
         table = body[11 + schema_len : 11 + schema_len + table_len].decode()
-        source = f"{schema}.{table}"
+        source = source_name(schema, table)
         if source not in self._tables:
             self._decoders[table_id] = None
             return

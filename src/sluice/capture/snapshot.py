@@ -22,6 +22,7 @@ import pymysql.cursors
 from sluice.capture.binlog.protocol import ConnectParams
 from sluice.capture.binlog.values import days_since_epoch, shortest_float32
 from sluice.capture.describe import describe_table
+from sluice.core.names import split_source
 from sluice.core.scn import scn_of_log
 from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas import Column, TableSchema
@@ -46,11 +47,12 @@ class KeyRange:
 
 
 def q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
+    """A quoted identifier for a query run with arguments (``%`` doubled for PyMySQL)."""
+    return "`" + name.replace("`", "``").replace("%", "%%") + "`"
 
 
 def table_ref(source: str) -> str:
-    schema, _, table = source.partition(".")
+    schema, table = split_source(source)
     return f"{q(schema)}.{q(table)}"
 
 
@@ -64,7 +66,7 @@ def describe_for_seed(conn: pymysql.Connection[Any], source: str) -> TableSchema
             "or leave the table out",
             source=source,
         )
-    db, _, table = source.partition(".")
+    db, table = split_source(source)
     with conn.cursor() as cur:
         cur.execute(
             "SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
@@ -86,7 +88,8 @@ def check_condition(conn: pymysql.Connection[Any], source: str, where: str) -> N
     """Refuse a ``--where`` the server cannot evaluate on ``source``, before any chunk runs."""
     with conn.cursor() as cur:
         try:
-            cur.execute(f"SELECT 1 FROM {table_ref(source)} WHERE ({where}) LIMIT 0")
+            condition = where.replace("%", "%%")
+            cur.execute(f"SELECT 1 FROM {table_ref(source)} WHERE ({condition}) LIMIT 0", ())
         except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as exc:
             raise SourceSetupError(
                 f"--where is not a condition on {source}: {exc.args[-1]}", source=source

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from sluice.cli.common import scn_arg, serve_until_signal
+from sluice.core.names import canonical_source
 from sluice.errors import ConfigError
 
 
@@ -105,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     job = BootstrapJob(
         JobConfig(
             relays=tuple(args.relay),
-            sources=tuple(args.sources),
+            sources=tuple(canonical_source(s) for s in args.sources),
             store=args.store,
             since_scn=args.since_scn,
             master=args.master,
@@ -134,7 +135,7 @@ def _seed(args: argparse.Namespace) -> int:
     job = SeedJob(
         SeedConfig(
             parse_source_url(args.source),
-            tuple(args.tables),
+            tuple(canonical_source(t) for t in args.tables),
             args.store,
             DEFAULT_CHUNK_ROWS if args.chunk_rows is None else args.chunk_rows,
             args.where,

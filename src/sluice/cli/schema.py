@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from sluice.errors import ConfigError
+from sluice.core.names import canonical_source
 
 
 def add_parser(sub: Any) -> None:
@@ -22,8 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from sluice.capture import parse_source_url  # noqa: PLC0415 - keeps `tail` quick
     from sluice.capture.describe import describe_table  # noqa: PLC0415
 
-    if args.table.count(".") != 1:
-        raise ConfigError(f"table {args.table!r} must be DB.TABLE")
+    args.table = canonical_source(args.table)
     conn = parse_source_url(args.source).params().connect()
     try:
         schema = describe_table(conn, args.table)

@@ -13,6 +13,7 @@ from sluice.cli.common import scn_arg
 from sluice.client import AsyncClient, ClientConfig, FileCheckpointStore, RetryPolicy
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
 from sluice.core.event import JsonWindow
+from sluice.core.names import canonical_source
 
 
 def add_parser(sub: Any) -> None:
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     )
     config = ClientConfig(
         relays=tuple(args.relay),
-        sources=tuple(args.sources or ()),
+        sources=tuple(canonical_source(s) for s in args.sources or ()),
         partition=args.partition,
         since_scn=args.since_scn,
         bootstrap=args.bootstrap,

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from sluice.core.names import schemas_path
 from sluice.core.wire import FrameParser, Heartbeat
 from sluice.errors import (
     BadRequest,
@@ -76,7 +77,7 @@ class RelayConnection:
             raise RelayUnavailable(f"{self.url}: {exc}") from None
 
     async def schemas(self, source: str) -> list[TableSchema]:
-        body = await self.get_json(f"/schemas/{source}")
+        body = await self.get_json(schemas_path(source))
         return [TableSchema.from_avro(s) for s in body.get("versions", [])]
 
     def stream(

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sluice.core.names import split_sources
 from sluice.core.wire import Filter
+from sluice.errors import ConfigError
 
 
 class HttpProblem(Exception):
@@ -59,8 +61,10 @@ def parse_stream(
     query: Mapping[str, str], known: frozenset[str], max_bytes: int, long_poll_ms: int
 ) -> StreamRequest:
     since = _int(query, "since_scn", None, 0, 2**64 - 1)
-    raw_sources = query.get("sources", "")
-    sources = tuple(s for s in (p.strip() for p in raw_sources.split(",")) if s)
+    try:
+        sources = tuple(split_sources(query.get("sources", "")))
+    except ConfigError as exc:
+        raise HttpProblem(400, str(exc)) from None
     unknown = [s for s in sources if s not in known]
     if unknown:
         raise HttpProblem(

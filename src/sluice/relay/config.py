@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr, field_validator
 
+from sluice.core.names import canonical_source
+from sluice.errors import ConfigError
 from sluice.settings import SluiceSettings
 
 
@@ -27,8 +29,7 @@ class RelayConfig(SluiceSettings):
     @field_validator("tables")
     @classmethod
     def _tables_named(cls, tables: list[str]) -> list[str]:
-        for table in tables:
-            schema, dot, name = table.partition(".")
-            if not dot or not schema or not name or "." in name:
-                raise ValueError(f"table {table!r} must be DB.TABLE")
-        return tables
+        try:
+            return [canonical_source(table) for table in tables]
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None

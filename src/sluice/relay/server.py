@@ -31,7 +31,7 @@ def make_app(relay: Relay) -> web.Application:
     app.router.add_get("/offsets", api.offsets)
     app.router.add_get("/stats", api.stats)
     app.router.add_get("/sources", api.sources)
-    app.router.add_get("/schemas/{source}", api.schemas)
+    app.router.add_get("/schemas/{source:.+}", api.schemas)
     app.router.add_get("/metrics", api.metrics)
     app.router.add_get("/healthz", api.healthz)
     return app

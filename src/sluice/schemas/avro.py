@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.core.names import split_source
 from sluice.errors import SchemaError
 from sluice.schemas.columns import Column, avro_name, canonical_converter
 from sluice.schemas.decoder import envelope_text, envelope_values, key_text, row_end
@@ -78,7 +79,7 @@ class TableSchema:
 
 
 def _ns(source: str) -> str:
-    return ".".join(avro_name(part, set()) for part in source.split("."))
+    return ".".join(avro_name(part, set()) for part in split_source(source))
 
 
 def key_formatter(kind: str) -> Callable[[Any], str]:

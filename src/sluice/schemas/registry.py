@@ -7,6 +7,7 @@ import logging
 import threading
 from pathlib import Path
 
+from sluice.core.names import folder_name
 from sluice.errors import ConfigError, SchemaError
 from sluice.files import write_atomically
 from sluice.schemas.avro import RowCodec, TableSchema
@@ -50,7 +51,7 @@ class SchemaRegistry:
             if versions and versions[-1].same_shape(candidate):
                 return versions[-1]
             if self._dir is not None:
-                folder = self._dir / source
+                folder = self._dir / folder_name(source)  # any name as one folder
                 folder.mkdir(exist_ok=True)
                 text = json.dumps(candidate.to_avro(), indent=2, sort_keys=True)
                 write_atomically(folder / f"v{candidate.version}.avsc", text)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from sluice.core.names import schemas_path
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SchemaError
 from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
@@ -90,7 +91,7 @@ class Fetcher:
 
     # -- schemas -----------------------------------------------------------------------------
     def schema(self, source: str) -> TableSchema:
-        versions = self._relay_call(f"/schemas/{source}")["versions"]
+        versions = self._relay_call(schemas_path(source))["versions"]
         if not versions:
             raise SchemaError(f"no schema yet for {source}: no row of it was captured")
         return TableSchema.from_avro(versions[-1])
@@ -106,7 +107,7 @@ class Fetcher:
             ]
             for base in bases:
                 try:
-                    for schema in get_json(base, f"/schemas/{source}")["versions"]:
+                    for schema in get_json(base, schemas_path(source))["versions"]:
                         registry.add(TableSchema.from_avro(schema))
                     return registry.codec(source, version)
                 except (RelayUnavailable, SchemaError):

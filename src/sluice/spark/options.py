@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sluice.client.transport import check_relay_url
+from sluice.core.names import split_sources
 from sluice.core.scn import parse_scn
 from sluice.errors import ConfigError
 
@@ -66,10 +67,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     bootstrap = options.get("bootstrap")
     if bootstrap:
         check_relay_url(bootstrap)
-    sources = tuple(s.strip() for s in options.get("sources", "").split(",") if s.strip())
-    for source in sources:
-        if source.count(".") != 1:
-            raise ConfigError(f"source {source!r} must be DB.TABLE")
+    sources = tuple(split_sources(options.get("sources", "")))
     typed = _flag(options, "typed")
     if typed and len(sources) != 1:
         raise ConfigError("typed=true needs exactly one source in option sources")

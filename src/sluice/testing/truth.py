@@ -15,6 +15,7 @@ from typing import Any
 import pymysql
 
 from sluice.capture.binlog.values import shortest_float32
+from sluice.core.names import split_source
 from sluice.schemas.columns import json_converter
 from sluice.testing.consumers import key_text
 
@@ -66,7 +67,7 @@ def json_value(data_type: str, scale: int, value: Any) -> Any:
 
 def table_rows(conn: pymysql.Connection[Any], source: str) -> dict[str, dict[str, Any]]:
     """``{key_text: row}`` of a table, values mapped to JSON as the relay maps them."""
-    schema, _, table = source.partition(".")
+    schema, table = split_source(source)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(

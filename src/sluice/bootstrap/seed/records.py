@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.snapshot import KeyRange
+from sluice.core.names import folder_name
 from sluice.errors import ConfigError
 
 
@@ -121,7 +122,7 @@ class SeedRecords:
         self.store = store
 
     def gen_dir(self, source: str, generation: int) -> tuple[str, ...]:
-        return ("seeds", source, f"gen={generation}")
+        return ("seeds", folder_name(source), f"gen={generation}")
 
     def chunk_file(self, source: str, generation: int, index: int) -> tuple[str, ...]:
         return (*self.gen_dir(source, generation), f"chunk-{index:05d}.parquet")
@@ -130,7 +131,9 @@ class SeedRecords:
         return (*self.gen_dir(source, generation), f"_done-{index:05d}.json")
 
     def generations(self, source: str) -> list[int]:
-        selector = pafs.FileSelector(self.store.path("seeds", source), allow_not_found=True)
+        selector = pafs.FileSelector(
+            self.store.path("seeds", folder_name(source)), allow_not_found=True
+        )
         return sorted(
             int(i.base_name.split("=", 1)[1])
             for i in self.store.fs.get_file_info(selector)
@@ -174,9 +177,9 @@ class SeedRecords:
         return out
 
     def seeded(self, source: str) -> Seeded | None:
-        if not self.store.exists("seeds", source, "SEEDED"):
+        if not self.store.exists("seeds", folder_name(source), "SEEDED"):
             return None
-        body = self.store.read_json("seeds", source, "SEEDED")
+        body = self.store.read_json("seeds", folder_name(source), "SEEDED")
         return Seeded(
             source,
             int(body["generation"]),
@@ -188,7 +191,7 @@ class SeedRecords:
         )
 
     def mark_seeded(self, seeded: Seeded) -> None:
-        self.store.write_json(seeded.to_json(), "seeds", seeded.source, "SEEDED")
+        self.store.write_json(seeded.to_json(), "seeds", folder_name(seeded.source), "SEEDED")
 
     def chunk_paths(self, seeded: Seeded) -> list[str]:
         """Spark paths of a complete generation's chunk files."""

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sluice.capture.binlog import constants as t
 from sluice.capture.binlog.reader import Reader
+from sluice.core.names import source_name
 from sluice.errors import DecodeError
 
 
@@ -36,7 +37,7 @@ class TableMap:
 
     @property
     def source(self) -> str:
-        return f"{self.schema}.{self.table}"
+        return source_name(self.schema, self.table)
 
 
 @dataclass(slots=True)
