@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
-from urllib.parse import unquote
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -17,6 +17,7 @@ from sluice.capture.binlog.protocol import BinlogStream, ConnectParams, LogPosit
 from sluice.capture.binlog.tablemap import parse_table_map
 from sluice.capture.metadata import ServerInfo, check_server, column_info, end_scn
 from sluice.capture.tables import TableDecoder
+from sluice.core import wire
 from sluice.core.names import source_name
 from sluice.core.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
 from sluice.errors import (
@@ -52,6 +53,9 @@ class CaptureStats:
     source_end_scn: int = 0
     reconnects: int = 0
     connected: bool = False
+    skipped_events: int = 0  # rows events skipped (on_decode_error = "skip")
+    # sources stopped by a row that cannot be decoded (on_decode_error = "stop_source")
+    stopped_sources: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -74,8 +78,10 @@ class MySQLCapture:
         server_id: int | None = None,
         on_fatal: Callable[[SluiceError], None] | None = None,
         max_window_bytes: int | None = None,
+        on_decode_error: str = "stop_source",
     ) -> None:
         self._params = params
+        self._on_decode_error = on_decode_error
         self._tables = frozenset(tables)
         self._registry = registry
         self._sink = sink
@@ -204,7 +210,10 @@ class MySQLCapture:
             ev = stream.read()
             kind = ev.type
             if kind in t.ROWS:
-                self._rows(txn, kind, ev.body)
+                try:
+                    self._rows(txn, kind, ev.body)
+                except DecodeError as exc:
+                    self._undecodable(txn, exc, f"{self._log_name(file_no)}:{ev.log_pos}")
             elif kind == t.TABLE_MAP:
                 self._table_map(ev.body)
             elif kind == t.XID:
@@ -244,7 +253,7 @@ class MySQLCapture:
         table_len = body[10 + schema_len]
         table = body[11 + schema_len : 11 + schema_len + table_len].decode()
         source = source_name(schema, table)
-        if source not in self._tables:
+        if source not in self._tables or source in self.stats.stopped_sources:
             self._decoders[table_id] = None
             return
         key = (source, body[6:])
@@ -256,6 +265,32 @@ class MySQLCapture:
             )
             self._by_signature[key] = decoder
         self._decoders[table_id] = decoder
+
+    def _log_name(self, file_no: int) -> str:
+        assert self._info is not None
+        return log_name(self._info.log_base, file_no)
+
+    def _undecodable(self, txn: _Transaction, exc: DecodeError, where: str) -> None:
+        """A row capture cannot decode never stops the other tables: its source stops (its
+        events of this transaction dropped, so it stops at a transaction boundary), or with
+        ``on_decode_error = "skip"`` only this rows event is skipped."""
+        source = exc.source
+        if source is None:
+            raise exc
+        message = f"{exc} (the rows event ending at binlog {where})"
+        if self._on_decode_error == "skip":
+            self.stats.skipped_events += 1
+            log.error("skipped a rows event: %s", message)
+            return
+        self.stats.stopped_sources[source] = message
+        name = source.encode()
+        txn.events = [e for e in txn.events if wire.event_source(e) != name]
+        log.error(
+            "capture of %s stopped: %s; the other tables go on. Fix the row, then restart the "
+            "relay with --since-scn before it, or set on_decode_error = \"skip\"",
+            source,
+            message,
+        )
 
     def _rows(self, txn: _Transaction, kind: int, body: bytes) -> None:
         decoder = self._decoders.get(int.from_bytes(body[:6], "little"))

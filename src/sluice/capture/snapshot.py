@@ -26,6 +26,7 @@ from sluice.core.names import split_source
 from sluice.core.scn import scn_of_log
 from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas import Column, TableSchema
+from sluice.schemas.codegen import run_generated
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,7 @@ def row_parser(columns: Sequence[Column]) -> Callable[[bytes], list[Any]]:
             f"        a({value}); p = e",
         ]
     lines.append("    return out")
-    exec("\n".join(lines), env)
+    run_generated(lines, env, "seed row parser")
     parse: Callable[[bytes], list[Any]] = env["parse"]
     return parse
 

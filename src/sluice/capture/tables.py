@@ -134,7 +134,46 @@ class TableDecoder:
         return images, r.pos
 
     def events(self, event_type: int, body: bytes) -> list[bytes]:
-        """Encoded wire events for a rows event body (the table map already matched)."""
+        """Encoded wire events for a rows event body (the table map already matched); a row
+        that cannot be decoded is a ``DecodeError`` naming the table, row and column."""
+        try:
+            return self._events(event_type, body)
+        except DecodeError:
+            raise
+        except Exception as exc:  # the generated code met bytes it cannot read
+            raise self._diagnose(event_type, body, exc) from exc
+
+    def _diagnose(self, event_type: int, body: bytes, exc: Exception) -> DecodeError:
+        """Find the failing column by decoding the event column by column (the slow path)."""
+        images, pos = self._rows(event_type, body)
+        row = 0
+        while pos < len(body):
+            for _ in range(images):
+                nulls = int.from_bytes(body[pos : pos + self._null_bytes], "little")
+                pos += self._null_bytes
+                for i, decode in enumerate(self._decoders):
+                    if nulls >> i & 1:
+                        continue
+                    try:
+                        _value, pos = decode(body, pos)
+                        problem = "the event ends inside it" if pos > len(body) else ""
+                    except Exception as inner:
+                        problem = f"{type(inner).__name__}: {inner}"
+                    if problem:
+                        col = self.codec.schema.columns[i]
+                        return DecodeError(
+                            f"cannot decode column {col.name!r} ({col.mysql_type}) of row "
+                            f"{row} of {self.source}: {problem}",
+                            source=self.source,
+                        )
+            row += 1
+        return DecodeError(
+            f"cannot encode a row of {self.source} (its columns decode one by one): "
+            f"{type(exc).__name__}: {exc}",
+            source=self.source,
+        )
+
+    def _events(self, event_type: int, body: bytes) -> list[bytes]:
         _, pos = self._rows(event_type, body)
         row, end = self._row, len(body)
         if event_type in t.WRITE_ROWS:

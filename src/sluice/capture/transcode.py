@@ -27,6 +27,7 @@ from sluice.capture.binlog.tablemap import BinlogColumn
 from sluice.capture.binlog.values import ValueDecoder, days_since_epoch
 from sluice.core import wire
 from sluice.schemas.avro import key_formatter
+from sluice.schemas.codegen import run_generated
 from sluice.schemas.columns import Column
 from sluice.schemas.encoder import (
     CONT14_VARINTS,
@@ -315,7 +316,8 @@ class _Generator:
                     lines += self._rename(self._long_from(j), names)
                 i += len(run)
                 continue
-            snippet = self.column(i)
+            label = repr(self.plans[i].schema.name).replace("@", "(at)")  # @0/@1 are parts
+            snippet = [f"# column {i}: {label}", *self.column(i)]
             if nullable and self.plans[i].binlog.nullable:
                 null = ['@0 = b"\\x00"'] + (['@1 = b""'] if self.parts(snippet) == 2 else [])
                 lines += self._rename(
@@ -418,5 +420,5 @@ def build_transcoder(
             "_SRC, b'\\0\\2', r)))",
         ],
     )
-    exec("\n".join([*row, *inserts, "    return out"]), gen.env)
+    run_generated([*row, *inserts, "    return out"], gen.env, f"transcoder of {source.decode()}")
     return Transcoder(gen.env["row"], gen.env["inserts"])

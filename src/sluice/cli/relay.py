@@ -42,6 +42,12 @@ def add_parser(sub: Any) -> None:
         metavar="BYTES",
         help="event buffer size in bytes (default 64 MiB)",
     )
+    p.add_argument(
+        "--on-decode-error",
+        choices=("stop_source", "skip"),
+        help="a row capture cannot decode: stop capturing its table (default; the others go "
+        "on) or skip it",
+    )
     p.add_argument("--config", type=Path, metavar="FILE.toml", help="settings file")
     p.set_defaults(run=run)
 
@@ -58,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         since_scn=args.since_scn,
         buffer_size=args.buffer_size,
+        on_decode_error=args.on_decode_error,
     )
     relay = Relay(config)
     return asyncio.run(

@@ -128,6 +128,12 @@ def iter_event_spans(window: bytes | memoryview) -> Iterator[tuple[int, int, int
         pos += size
 
 
+def event_source(event: bytes) -> bytes:
+    """The source name of one encoded event (``encode_event``)."""
+    src_len = event[9]
+    return event[EVENT_HEADER_SIZE : EVENT_HEADER_SIZE + src_len]
+
+
 def decode_events(window: bytes | memoryview) -> list[RawEvent]:
     header = read_window_header(window)
     out: list[RawEvent] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
@@ -25,6 +26,8 @@ class RelayConfig(SluiceSettings):
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     long_poll_ms: int = Field(default=10_000, ge=0, le=300_000)
     capture_queue: int = Field(default=256, ge=1)
+    # A row capture cannot decode: stop capturing its table (the others go on), or skip it.
+    on_decode_error: Literal["stop_source", "skip"] = "stop_source"
 
     @field_validator("tables")
     @classmethod

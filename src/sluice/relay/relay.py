@@ -74,6 +74,7 @@ class Relay(AsyncComponent):
             server_id=self.config.server_id,
             on_fatal=self._on_fatal,
             max_window_bytes=store.buffer.capacity,
+            on_decode_error=self.config.on_decode_error,
         )
         try:
             info = await asyncio.to_thread(capture.check)
@@ -208,6 +209,8 @@ class Relay(AsyncComponent):
                 "events": cap.events if cap else 0,
                 "reconnects": cap.reconnects if cap else 0,
                 "error": str(self.capture_error) if self.capture_error else None,
+                "stopped_sources": dict(cap.stopped_sources) if cap else {},
+                "skipped_events": cap.skipped_events if cap else 0,
             },
         }
 
@@ -228,4 +231,6 @@ class Relay(AsyncComponent):
             ("capture_lag_ms", "gauge", cap["lag_ms"]),
             ("capture_reconnects_total", "counter", cap["reconnects"]),
             ("capture_up", "gauge", int(cap["connected"] and not cap["error"])),
+            ("capture_stopped_sources", "gauge", len(cap["stopped_sources"])),
+            ("capture_skipped_events_total", "counter", cap["skipped_events"]),
         ]

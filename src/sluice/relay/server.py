@@ -62,11 +62,16 @@ class _Api:
     async def sources(self, request: web.Request) -> web.Response:
         registry = self.relay.registry
         known = set(registry.sources())
+        stopped = self.relay.stats()["capture"]["stopped_sources"]
         out = []
         for source in self.relay.tables:
             versions = registry.versions(source) if source in known else []
             out.append(
-                {"source": source, "schema_version": versions[-1].version if versions else None}
+                {
+                    "source": source,
+                    "schema_version": versions[-1].version if versions else None,
+                    "stopped": stopped.get(source),
+                }
             )
         return json_response(200, {"sources": out})
 
@@ -87,6 +92,11 @@ class _Api:
         error = self.relay.capture_error
         if error is not None:
             return json_response(503, {"status": "capture stopped", "error": str(error)})
+        stopped = self.relay.stats()["capture"]["stopped_sources"]
+        if stopped:
+            return json_response(
+                503, {"status": "capture of some sources stopped", "stopped_sources": stopped}
+            )
         return json_response(200, {"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
+from sluice.schemas.codegen import run_generated
 from sluice.schemas.columns import Column, json_converter
 
 Row = dict[str, Any]
@@ -197,7 +198,7 @@ class _Generator:
             else:
                 lines += [f"    {line}" for line in body]
         lines.append(f"    return {result}, pos")
-        exec("\n".join(lines), self.env)
+        run_generated(lines, self.env, "row decoder")
         row: Callable[..., Any] = self.env["row"]
         return row
 
@@ -248,7 +249,7 @@ def row_end(columns: Sequence[Column]) -> Callable[[bytes, int], int]:
         lines += _skip_lines(col, indent)
     lines.append("    return pos")
     env: dict[str, Any] = {"_L": read_long, "_set": _set}
-    exec("\n".join(lines), env)
+    run_generated(lines, env, "row end finder")
     end: Callable[[bytes, int], int] = env["end"]
     return end
 
@@ -324,7 +325,7 @@ def key_text(columns: Sequence[Column], primary_key: Sequence[str]) -> Callable[
     )
     lines.append(f"    return {key_format!r} % ({_tuple([f'v{index[n]}' for n in names])})")
     gen.env["_set"] = _set
-    exec("\n".join(lines), gen.env)
+    run_generated(lines, gen.env, "key decoder")
     key: Callable[[bytes, int], str] = gen.env["key"]
     end = row_end(columns)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
+from sluice.schemas.codegen import run_generated
 from sluice.schemas.columns import Column
 
 Encode = Callable[[Any], bytes]
@@ -139,7 +140,7 @@ def row_encoder(columns: Sequence[Column]) -> Callable[[Sequence[Any]], bytes]:
     for i, col in enumerate(columns):
         lines += _column_code(i, col, isinstance(col.avro_type(), list), env)
     lines.append('    return b"".join(out)')
-    exec("\n".join(lines), env)
+    run_generated(lines, env, "row encoder")
     encode: Callable[[Sequence[Any]], bytes] = env["encode"]
     return encode
 
