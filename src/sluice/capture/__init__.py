@@ -1,6 +1,23 @@
-"""Capture: read a source database's log in a thread and emit committed windows."""
+"""Capture: read a source database's log in a thread and emit committed windows, through the
+``CaptureSource`` seam (``open_capture`` picks the source kind by the URL's scheme)."""
 
-from sluice.capture.mysql import CapturedWindow, CaptureStats, MySQLCapture
+from sluice.capture.source import (
+    CapturedWindow,
+    CaptureSettings,
+    CaptureSource,
+    CaptureStats,
+    known_schemes,
+    open_capture,
+)
 from sluice.capture.url import SourceUrl, parse_source_url
 
-__all__ = ["CaptureStats", "CapturedWindow", "MySQLCapture", "SourceUrl", "parse_source_url"]
+__all__ = [
+    "CaptureSettings",
+    "CaptureSource",
+    "CaptureStats",
+    "CapturedWindow",
+    "SourceUrl",
+    "known_schemes",
+    "open_capture",
+    "parse_source_url",
+]

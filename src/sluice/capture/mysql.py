@@ -16,7 +16,9 @@ from sluice.capture.binlog import constants as t
 from sluice.capture.binlog.protocol import BinlogStream, ConnectParams, LogPositionError
 from sluice.capture.binlog.tablemap import parse_table_map
 from sluice.capture.metadata import ServerInfo, check_server, column_info, end_scn
+from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
 from sluice.capture.tables import TableDecoder
+from sluice.capture.url import parse_source_url
 from sluice.core import wire
 from sluice.core.names import source_name
 from sluice.core.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
@@ -34,30 +36,6 @@ log = logging.getLogger(__name__)
 _FL_STANDALONE = 1
 
 
-@dataclass(frozen=True, slots=True)
-class CapturedWindow:
-    scn: int
-    ts_ms: int
-    events: list[bytes]
-
-
-@dataclass(slots=True)
-class CaptureStats:
-    """Read by the relay's loop, written by the capture thread (plain ints: atomic enough)."""
-
-    windows: int = 0
-    events: int = 0
-    last_scn: int = 0  # the last commit seen, with or without captured rows
-    last_commit_ms: int = 0
-    last_receive_ms: int = 0
-    source_end_scn: int = 0
-    reconnects: int = 0
-    connected: bool = False
-    skipped_events: int = 0  # rows events skipped (on_decode_error = "skip")
-    # sources stopped by a row that cannot be decoded (on_decode_error = "stop_source")
-    stopped_sources: dict[str, str] = field(default_factory=dict)
-
-
 @dataclass(slots=True)
 class _Transaction:
     events: list[bytes] = field(default_factory=list)
@@ -65,8 +43,25 @@ class _Transaction:
     size: int = 0
 
 
+def open_mysql(url: str, settings: CaptureSettings) -> CaptureSource:
+    """The ``CaptureSource`` of a ``mysql://`` or ``mariadb://`` URL."""
+    return MySQLCapture(
+        parse_source_url(url).params(),
+        settings.tables,
+        settings.registry,
+        settings.sink,
+        server_id=settings.server_id,
+        on_fatal=settings.on_fatal,
+        max_window_bytes=settings.max_window_bytes,
+        on_decode_error=settings.on_decode_error,
+    )
+
+
 class MySQLCapture:
-    """One capture thread per physical source. ``sink`` may block: that is backpressure."""
+    """One capture thread per physical source (a ``CaptureSource``): the binlog, read from
+    any held position (``rereadable``). ``sink`` may block: that is backpressure."""
+
+    rereadable = True
 
     def __init__(
         self,
@@ -128,6 +123,9 @@ class MySQLCapture:
         self._thread = threading.Thread(target=self._run, name="sluice-capture", daemon=True)
         self._thread.start()
         return start
+
+    def on_persisted(self, scn: int) -> None:
+        """The binlog is the server's to keep or purge: nothing to confirm."""
 
     def stop(self) -> None:
         self._stop.set()

@@ -39,7 +39,7 @@ def parse_source_url(url: str) -> SourceUrl:
         raise ConfigError(f"bad source URL ({exc}); {_HINT}") from None
     if parts.scheme not in ("mysql", "mariadb"):
         shown = parts.scheme or "(none)"
-        raise ConfigError(f"unknown source scheme {shown!r}; {_HINT} (PostgreSQL comes later)")
+        raise ConfigError(f"unknown source scheme {shown!r}; {_HINT}")
     if not parts.hostname or not parts.username:
         raise ConfigError(f"source URL needs a user and a host; {_HINT}")
     password = unquote(parts.password or "") or os.environ.get("SLUICE_SOURCE_PASSWORD", "")

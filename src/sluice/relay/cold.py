@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
+from sluice.capture import CapturedWindow, open_capture
 from sluice.core import wire
 from sluice.core.requests import HttpProblem
 from sluice.errors import SluiceError
@@ -38,15 +39,9 @@ class ColdRead:
         self._queue: Handoff[CapturedWindow | SluiceError] = Handoff(loop, 64)
         self._closed = False
         self.reached = False
-        url = parse_source_url(relay.config.source.get_secret_value())
-        self._capture = MySQLCapture(
-            url.params(),
-            relay.tables,
-            relay.registry,
-            self._sink,
-            on_fatal=self._fatal,
-            max_window_bytes=relay.buffer.capacity,
-        )
+        # Its own binlog dump id (None: a random one): the relay's own dump keeps running.
+        settings = replace(relay.capture_settings(self._sink), on_fatal=self._fatal, server_id=None)
+        self._capture = open_capture(relay.config.source.get_secret_value(), settings)
 
     def _sink(self, window: CapturedWindow) -> None:
         self._queue.put(window, lambda: self._closed)
@@ -56,6 +51,13 @@ class ColdRead:
             self._queue.put(error, lambda: self._closed)
 
     async def start(self) -> None:
+        if not self._capture.rereadable:
+            raise HttpProblem(
+                410,
+                f"since_scn {self.since} is older than this relay holds (oldest {self.until}), "
+                "and this kind of source cannot be read again from an older point",
+                oldest_scn=self.until,
+            )
         try:
             await asyncio.to_thread(self._capture.check)
             await asyncio.to_thread(self._capture.start, self.since)

@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
-from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
+from sluice.capture import CapturedWindow, CaptureSettings, CaptureSource, open_capture
 from sluice.core.buffer import EventBuffer
 from sluice.core.component import AsyncComponent
 from sluice.errors import SluiceError, WindowTooLarge
@@ -40,7 +41,7 @@ class Relay(AsyncComponent):
         self._started = False
         self.stopping = False
         self._store: BufferStore | None = None
-        self._capture: MySQLCapture | None = None
+        self._capture: CaptureSource | None = None
         self._runner: web.AppRunner | None = None
         self._queue: Handoff[CapturedWindow] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -64,29 +65,33 @@ class Relay(AsyncComponent):
         self._started = True
         self._loop = asyncio.get_running_loop()
         self._queue = Handoff(self._loop, self.config.capture_queue)
-        url = parse_source_url(self.config.source.get_secret_value())
         store = self._store = BufferStore(self.config.data_dir, self.config.buffer_size)
-        capture = self._capture = MySQLCapture(
-            url.params(),
-            self.tables,
-            self.registry,
-            self._sink,
-            server_id=self.config.server_id,
-            on_fatal=self._on_fatal,
-            max_window_bytes=store.buffer.capacity,
-            on_decode_error=self.config.on_decode_error,
-        )
         try:
+            capture = self._capture = open_capture(
+                self.config.source.get_secret_value(), self.capture_settings(self._sink)
+            )
             info = await asyncio.to_thread(capture.check)
             start = self._start_scn(store, info.end_scn)
             capture.start(start)
-            log.info("relay capturing %s from %s after SCN %d", ", ".join(self.tables), url, start)
+            log.info("relay capturing %s after SCN %d", ", ".join(self.tables), start)
             await self._serve()
         except BaseException:
             await self.stop()
             raise
         self._tasks = [asyncio.create_task(self._ingest()), asyncio.create_task(self._persist())]
         return self
+
+    def capture_settings(self, sink: Callable[[CapturedWindow], None]) -> CaptureSettings:
+        assert self._store is not None
+        return CaptureSettings(
+            self.tables,
+            self.registry,
+            sink,
+            on_fatal=self._on_fatal,
+            max_window_bytes=self._store.buffer.capacity,
+            on_decode_error=self.config.on_decode_error,
+            server_id=self.config.server_id,
+        )
 
     def _start_scn(self, store: BufferStore, end_scn: int) -> int:
         buffer = store.buffer
@@ -181,7 +186,10 @@ class Relay(AsyncComponent):
         while True:
             await self._dirty.wait()
             self._dirty.clear()
-            await asyncio.to_thread(self._store.persist, self.buffer.max_scn)
+            scn = self.buffer.max_scn
+            await asyncio.to_thread(self._store.persist, scn)
+            if self._capture is not None:  # the source may release its log up to here
+                await asyncio.to_thread(self._capture.on_persisted, scn)
 
     # -- observability -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""The seam every source kind plugs into: a ``CaptureSource`` reads its database's log in a
+thread of its own and hands committed windows to a sink, in SCN order.
+
+The relay (and anything else that captures) names no source kind: it calls
+``open_capture(url, settings)``, which picks the implementation by the URL's scheme.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from sluice.errors import ConfigError, SluiceError
+from sluice.schemas import SchemaRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class CapturedWindow:
+    """One committed transaction's events (encoded wire events), at its SCN."""
+
+    scn: int
+    ts_ms: int
+    events: list[bytes]
+
+
+@dataclass(slots=True)
+class CaptureStats:
+    """Read by the relay's loop, written by the capture thread (plain ints: atomic enough)."""
+
+    windows: int = 0
+    events: int = 0
+    last_scn: int = 0  # the last commit seen, with or without captured rows
+    last_commit_ms: int = 0
+    last_receive_ms: int = 0
+    source_end_scn: int = 0
+    reconnects: int = 0
+    connected: bool = False
+    skipped_events: int = 0  # rows skipped (on_decode_error = "skip")
+    # sources stopped by a row that cannot be decoded (on_decode_error = "stop_source")
+    stopped_sources: dict[str, str] = field(default_factory=dict)
+
+
+class SourceInfo(Protocol):
+    """What ``check()`` found: at least the source's current end, as an SCN."""
+
+    @property
+    def end_scn(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSettings:
+    """What a capturer gives any source kind."""
+
+    tables: tuple[str, ...]
+    registry: SchemaRegistry
+    sink: Callable[[CapturedWindow], None]  # may block: that is backpressure
+    on_fatal: Callable[[SluiceError], None] | None = None
+    max_window_bytes: int | None = None  # refuse a transaction bigger than this as it grows
+    on_decode_error: str = "stop_source"
+    server_id: int | None = None  # MySQL: the binlog dump's server id
+
+
+class CaptureSource(Protocol):
+    """One source database. ``check()``, then ``start(after)``; windows go to the sink."""
+
+    stats: CaptureStats
+    # Whether ``start`` accepts an SCN older than the newest one it delivered (the relay's
+    # cold reads re-read a range that way); a replication slot cannot go back.
+    rereadable: bool
+
+    def check(self) -> SourceInfo:
+        """Connect and check the server's settings; ``SourceSetupError`` names the fix."""
+        ...
+
+    def start(self, since_scn: int | None) -> int:
+        """Capture the windows after ``since_scn`` (None: from the current end); returns the
+        SCN it starts after. Runs in a thread of its own until ``stop()``."""
+        ...
+
+    def stop(self) -> None: ...
+
+    def on_persisted(self, scn: int) -> None:
+        """Every window up to ``scn`` is in the relay's buffer and its max SCN is saved: the
+        source may now release its log up to there (a slot confirms it)."""
+        ...
+
+
+# scheme -> "module:factory"; a factory is ``(url, settings) -> CaptureSource``. Imported on
+# demand, so a source kind's driver is only needed when it is used.
+_KINDS = {
+    "mysql": "sluice.capture.mysql:open_mysql",
+    "mariadb": "sluice.capture.mysql:open_mysql",
+}
+
+
+def known_schemes() -> tuple[str, ...]:
+    return tuple(_KINDS)
+
+
+def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
+    """The capture of the source ``url`` names, by its scheme."""
+    scheme = urlsplit(url).scheme.lower()
+    target = _KINDS.get(scheme)
+    if target is None:
+        raise ConfigError(
+            f"unknown source scheme {scheme or '(none)'!r}: Sluice captures "
+            + ", ".join(f"{s}://" for s in _KINDS)
+        )
+    module, _, factory = target.partition(":")
+    opened: CaptureSource = getattr(importlib.import_module(module), factory)(url, settings)
+    return opened
