@@ -4,15 +4,16 @@ PIP ?= $(PYTHON) -m pip
 
 .PHONY: setup test lint bench demo
 
-# System packages: MariaDB (tests start private servers), a JRE for Spark, and the MariaDB
-# JDBC driver for Spark jobs that read tables directly. Installed only when missing.
-APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java
+# System packages: MariaDB and PostgreSQL (tests start private servers), a JRE for Spark, and
+# the MariaDB JDBC driver for Spark jobs that read tables directly. Installed only when missing.
+APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java postgresql
 
 setup:
 	@missing=""; \
 	  { command -v mariadbd >/dev/null 2>&1 || test -x /usr/sbin/mariadbd; } || missing="yes"; \
 	  command -v java >/dev/null 2>&1 || missing="yes"; \
 	  test -f /usr/share/java/mariadb-java-client.jar || missing="yes"; \
+	  { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="yes"; \
 	  if [ -n "$$missing" ]; then \
 	    (apt-get update -qq || true) && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \

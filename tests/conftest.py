@@ -1,6 +1,7 @@
-"""Session fixtures: one private MariaDB (binlog on) for the whole run.
+"""Session fixtures: one private MariaDB (binlog on) and one private PostgreSQL
+(wal_level=logical) for the whole run.
 
-If MariaDB cannot start, the suite fails (never skips): a skipped suite hides a broken install.
+If a server cannot start, the suite fails (never skips): a skipped suite hides a broken install.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pymysql
 import pytest
 
 from sluice.testing import PrivateMariaDB
+from sluice.testing.postgres import PrivatePostgres
 
 _names = itertools.count(1)
 
@@ -23,6 +25,33 @@ def mariadb() -> Iterator[PrivateMariaDB]:
     server.start()  # raises MariaDBNotAvailable with the install command
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PrivatePostgres]:
+    server = PrivatePostgres()
+    server.start()  # raises PostgresNotAvailable with the install command
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_database(postgres: PrivatePostgres) -> Iterator[str]:
+    """A fresh PostgreSQL database for one test (slots and publications are per database)."""
+    name = f"pg{next(_names)}"
+    conn = postgres.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    conn.close()
+    yield name
+    conn = postgres.connect()
+    with conn.cursor() as cur:  # its slots first: a database with a slot cannot be dropped
+        cur.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE database = %s AND NOT active",
+            (name,),
+        )
+    conn.close()
 
 
 @pytest.fixture

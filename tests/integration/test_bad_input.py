@@ -106,7 +106,9 @@ def test_unreachable_server(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("postgres://u@h:5432", "unknown source scheme"),
+        ("oracle://u@h:1521", "unknown source scheme 'oracle'"),
+        ("postgresql://u@h:5432", "needs a user, a host and a database"),
+        ("postgresql://u@h:5432/db?slot=No-Good", "slot name"),
         ("mysql://127.0.0.1:3306", "needs a user"),
         ("mysql://u@h:notaport", "bad source URL"),
     ],

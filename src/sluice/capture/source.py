@@ -93,6 +93,8 @@ class CaptureSource(Protocol):
 _KINDS = {
     "mysql": "sluice.capture.mysql:open_mysql",
     "mariadb": "sluice.capture.mysql:open_mysql",
+    "postgresql": "sluice.capture.postgres.capture:open_postgres",
+    "postgres": "sluice.capture.postgres.capture:open_postgres",
 }
 
 
@@ -110,5 +112,12 @@ def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
             + ", ".join(f"{s}://" for s in _KINDS)
         )
     module, _, factory = target.partition(":")
-    opened: CaptureSource = getattr(importlib.import_module(module), factory)(url, settings)
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{scheme}:// sources need a driver that is not installed ({exc.name}): "
+            "pip install 'sluice[postgres]'"
+        ) from None
+    opened: CaptureSource = getattr(loaded, factory)(url, settings)
     return opened

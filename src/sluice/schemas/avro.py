@@ -87,6 +87,8 @@ def key_formatter(kind: str) -> Callable[[Any], str]:
     DATETIME in a key, which the JSON mapping makes null) is ``null``."""
     if kind in ("int", "year", "bit"):
         return lambda v: "null" if v is None else str(v)
+    if kind == "bool":
+        return lambda v: "null" if v is None else ("true" if v else "false")
     if kind in ("string", "enum", "uuid", "inet6"):
         return lambda v: json.dumps(v, ensure_ascii=False)
     convert = canonical_converter(kind)

@@ -58,8 +58,8 @@ class Column:
 
 def _avro_base(col: Column) -> Any:
     kind = col.kind
-    if kind in ("int", "year", "bit", "time"):
-        return "long"
+    if kind in ("int", "year", "bit", "time", "bool"):
+        return "long"  # bool: 0 or 1
     if kind in ("float", "double"):
         return "double"
     if kind == "decimal":
@@ -132,6 +132,7 @@ _TO_JSON: dict[str, Callable[[Any], Any]] = {
     "timestamp": _timestamp_text,
     "time": _time_text,
     "json": json.loads,
+    "bool": bool,
 }
 
 

@@ -126,7 +126,7 @@ _FROM_LONG: dict[str, Callable[[int], str]] = {
     "datetime": datetime_text,
     "timestamp": timestamp_text,
 }
-_LONG_KINDS = ("int", "year", "bit", *_FROM_LONG)
+_LONG_KINDS = ("int", "year", "bit", "bool", *_FROM_LONG)
 _QUOTED = ("decimal", "bytes", "geometry", *_FROM_LONG)  # JSON strings that need no escaping
 
 
@@ -154,6 +154,9 @@ class _Generator:
                 f"if b < 128: v{i} = _T1[b]; pos += 1",
                 f"else: v{i}, pos = _L(data, pos){as_text}",
             ]
+        if kind == "bool":  # a long, 0 or 1
+            value = '("true" if x else "false")' if self.text else "x != 0"
+            return [f"x, pos = _L(data, pos); v{i} = {value}"]
         if kind in ("float", "double"):
             value = "_float(x)" if self.text else "x"
             return [f"x = _unpack(data, pos)[0]; pos += 8; v{i} = {value}"]

@@ -88,7 +88,7 @@ def _set(members: list[str]) -> bytes:
 def column_encoder(col: Column) -> Encode:
     """The Avro encoder of one column's non-null canonical value."""
     kind = col.kind
-    if kind in ("int", "year", "bit", "time", "date", "datetime", "timestamp"):
+    if kind in ("int", "year", "bit", "time", "date", "datetime", "timestamp", "bool"):
         return long
     if kind in ("float", "double"):
         return _double
@@ -103,7 +103,7 @@ def column_encoder(col: Column) -> Encode:
     return _string
 
 
-_INT_KINDS = ("int", "year", "bit", "time", "date", "datetime", "timestamp")
+_INT_KINDS = ("int", "year", "bit", "time", "date", "datetime", "timestamp", "bool")
 _SMALL_UNION = [b"\x02" + b for b in _SMALL]
 SMALL_VARINTS = _SMALL  # LEB128 of every n < 2**14
 SMALL_UNION_VARINTS = _SMALL_UNION  # the same behind a union's non-null branch byte

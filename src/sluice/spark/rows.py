@@ -109,6 +109,7 @@ _SPARK = {
     "datetime": "timestamp_ntz",
     "timestamp": "timestamp",
     "set": "array<string>",
+    "bool": "boolean",
     "uint64": "decimal(20,0)",
 }
 _ARROW = {
@@ -124,6 +125,7 @@ _ARROW = {
     "timestamp": _TS,
     "set": pa.list_(pa.string()),
     "uint64": pa.decimal128(20, 0),
+    "bool": pa.bool_(),
 }
 
 

@@ -1,0 +1,1 @@
+"""PostgreSQL capture (logical replication, ``pgoutput``); needs ``sluice[postgres]``."""

@@ -1,0 +1,310 @@
+"""PostgreSQL capture: logical replication with the built-in ``pgoutput`` plugin, in a thread.
+
+SCN = the end LSN of a transaction's commit record, as a 64-bit integer. A slot started at
+LSN X skips every transaction whose commit record starts before X; the next transaction's
+commit starts at or after the previous one's end, so resuming after SCN s delivers exactly the
+transactions after s. The slot is confirmed only up to what the relay reports persisted
+(``on_persisted``), never ahead; with nothing pending it follows the server's sent position,
+so an idle set of tables on a busy database does not keep WAL forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import time
+from typing import Any, cast
+from zlib import crc32
+
+import psycopg2
+import psycopg2.extras
+
+from sluice.capture.postgres import pgoutput
+from sluice.capture.postgres.setup import (
+    PgUrl,
+    check_server,
+    connect,
+    not_null,
+    parse_pg_url,
+    primary_key,
+    type_name,
+)
+from sluice.capture.postgres.types import column_kind
+from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
+from sluice.core import wire
+from sluice.core.event import Op
+from sluice.core.names import source_name
+from sluice.errors import DecodeError, SluiceError, SourceConnectionError, SourceError
+from sluice.schemas import Column, RowCodec
+
+log = logging.getLogger(__name__)
+UNCHANGED_TOAST = "__sluice_unchanged_toast__"
+
+
+class _PgInfo:
+    def __init__(self, end_scn: int) -> None:
+        self.end_scn = end_scn
+
+
+class _Table:
+    """A relation as the last Relation message described it: its codec and converters."""
+
+    def __init__(self, source: str, codec: RowCodec, converters: list[Any]) -> None:
+        self.source = source
+        self.codec = codec
+        self.converters = converters
+        self.name = source.encode()
+
+    def values(self, raw: pgoutput.Tuple, what: str) -> list[Any]:
+        out: list[Any] = []
+        for col, convert, value in zip(
+            self.codec.schema.columns, self.converters, raw, strict=True
+        ):
+            if value is None:
+                out.append(None)
+            elif value is pgoutput.UNCHANGED:
+                if col.kind not in ("string", "json"):
+                    raise DecodeError(
+                        f"{self.source}.{col.name}: the server did not send this unchanged "
+                        f"TOASTed value ({what}); set REPLICA IDENTITY FULL on the table",
+                        source=self.source,
+                    )
+                out.append(UNCHANGED_TOAST)
+            else:
+                try:
+                    out.append(convert(value))
+                except (ValueError, OverflowError) as exc:
+                    raise DecodeError(
+                        f"cannot decode column {col.name!r} ({col.mysql_type}) of "
+                        f"{self.source}: {str(value)[:40]!r} ({exc})",
+                        source=self.source,
+                    ) from None
+        return out
+
+    def event(self, op: str, before: list[Any] | None, after: list[Any] | None) -> bytes:
+        payload = self.codec.encode(before, after)
+        row = after if after is not None else before
+        key = self.codec.key_text(row or [])
+        hashed = crc32(key.encode() if key is not None else payload)
+        version = self.codec.schema.version
+        return wire.encode_event(wire.RawEvent(self.source, cast(Op, op), version, hashed, payload))
+
+
+def open_postgres(url: str, settings: CaptureSettings) -> CaptureSource:
+    return PostgresCapture(parse_pg_url(url), settings)
+
+
+class PostgresCapture:
+    """A ``CaptureSource`` over a logical replication slot (which cannot go back: not
+    ``rereadable``)."""
+
+    rereadable = False
+
+    def __init__(self, url: PgUrl, settings: CaptureSettings) -> None:
+        self.url = url
+        self.settings = settings
+        self.stats = CaptureStats()
+        self._tables = frozenset(settings.tables)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._persisted = 0  # written by the relay's loop, read by the thread
+        self._delivered = 0  # the newest window handed to the sink
+        self._relations: dict[int, _Table | None] = {}
+        self._meta: Any = None
+
+    # -- CaptureSource -----------------------------------------------------------------------
+    def check(self) -> _PgInfo:
+        conn = connect(self.url)
+        conn.autocommit = True
+        try:
+            return _PgInfo(check_server(conn, self.url, tuple(sorted(self._tables))))
+        finally:
+            conn.close()
+
+    def start(self, since_scn: int | None) -> int:
+        if self._thread is not None:
+            raise SluiceError("capture already started")
+        start = self.check().end_scn if since_scn is None else since_scn
+        self.stats.last_scn = start
+        self._persisted = start
+        self._thread = threading.Thread(target=self._run, name="sluice-pg-capture", daemon=True)
+        self._thread.start()
+        return start
+
+    def on_persisted(self, scn: int) -> None:
+        self._persisted = max(self._persisted, scn)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._thread = None
+
+    # -- the thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        delay = 0.1
+        while not self._stop.is_set():
+            try:
+                self._stream_once()
+                delay = 0.1
+            except (
+                SourceConnectionError,
+                psycopg2.OperationalError,
+                psycopg2.InterfaceError,
+            ) as exc:
+                if self._stop.is_set():
+                    break
+                self.stats.connected = False
+                self.stats.reconnects += 1
+                log.warning("replication connection lost (%s); reconnecting in %.1f s", exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+            except SluiceError as exc:
+                self._fail(exc)
+                return
+            except Exception as exc:
+                log.exception("capture failed")
+                self._fail(SourceError(f"capture failed: {exc!r}"))
+                return
+
+    def _fail(self, exc: SluiceError) -> None:
+        if self._stop.is_set():
+            return
+        self.stats.connected = False
+        log.error("capture stopped: %s", exc)
+        if self.settings.on_fatal is not None:
+            self.settings.on_fatal(exc)
+
+    def _stream_once(self) -> None:
+        conn = connect(self.url, connection_factory=psycopg2.extras.LogicalReplicationConnection)
+        self._meta = connect(self.url)
+        self._meta.autocommit = True
+        self._relations.clear()
+        try:
+            cur = conn.cursor()
+            try:
+                cur.start_replication(
+                    slot_name=self.url.slot,
+                    decode=False,
+                    start_lsn=self.stats.last_scn,
+                    options={"proto_version": "1", "publication_names": self.url.publication},
+                )
+            except psycopg2.Error as exc:
+                text = str(exc).strip().splitlines()[0]
+                if "is active" in text:
+                    raise SourceError(
+                        f"replication slot {self.url.slot} is used by another process (another "
+                        "relay?): give this relay its own slot (?slot=NAME in the source URL)"
+                    ) from None
+                raise
+            self.stats.connected = True
+            log.info("streaming slot %s from LSN %s", self.url.slot, _lsn(self.stats.last_scn))
+            self._pump(cur)
+        finally:
+            conn.close()
+            self._meta.close()
+
+    def _pump(self, cur: Any) -> None:
+        events: list[bytes] = []
+        stopped = self.stats.stopped_sources  # survives reconnects
+        confirmed = 0
+        while not self._stop.is_set():
+            message = cur.read_message()
+            if message is None:
+                confirmed = self._feedback(cur, confirmed, idle=not events)
+                select.select([cur], [], [], 0.5)
+                continue
+            self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
+            parsed = pgoutput.parse(message.payload)
+            if isinstance(parsed, pgoutput.Relation):
+                self._relations[parsed.relid] = self._describe(parsed)
+            elif isinstance(parsed, pgoutput.Change):
+                table = self._relations.get(parsed.relid)
+                if table is not None and table.source not in stopped:
+                    try:
+                        events += self._change(table, parsed)
+                    except DecodeError as exc:
+                        self._undecodable(exc, table, events, stopped, message.data_start)
+            elif isinstance(parsed, pgoutput.Truncate):
+                pass  # TRUNCATE as an event (op t) is not done yet
+            elif isinstance(parsed, pgoutput.Commit):
+                self._commit(parsed, events)
+                events = []
+
+    def _commit(self, commit: pgoutput.Commit, events: list[bytes]) -> None:
+        if events:
+            self.settings.sink(CapturedWindow(commit.end_lsn, commit.ts_micros // 1000, events))
+            self._delivered = commit.end_lsn
+            self.stats.windows += 1
+            self.stats.events += len(events)
+            self.stats.last_commit_ms = commit.ts_micros // 1000
+            self.stats.last_receive_ms = int(time.time() * 1000)
+        self.stats.last_scn = commit.end_lsn
+        self.stats.source_end_scn = max(self.stats.source_end_scn, commit.end_lsn)
+
+    def _feedback(self, cur: Any, confirmed: int, idle: bool) -> int:
+        """Confirm the slot up to what the relay persisted. Between transactions, ask the
+        server where its decoding stands (a keepalive's position: every commit before it was
+        sent): that is how far this source has been considered, and when every window
+        delivered is persisted the slot may follow it, so an idle set of tables on a busy
+        database does not keep WAL forever."""
+        if idle and cur.wal_end:
+            self.stats.last_scn = max(self.stats.last_scn, cur.wal_end)
+        target = self._persisted
+        if idle and self._persisted >= self._delivered:
+            target = max(target, self.stats.last_scn)
+        if target > confirmed or idle:
+            cur.send_feedback(flush_lsn=max(target, confirmed), reply=idle)
+        return max(target, confirmed)
+
+    def _describe(self, relation: pgoutput.Relation) -> _Table | None:
+        source = source_name(relation.namespace, relation.name)
+        if source not in self._tables:
+            return None
+        columns, converters = [], []
+        required = not_null(self._meta, relation.namespace, relation.name)
+        for col in relation.columns:
+            kind, convert = column_kind(col.type_oid)
+            name = type_name(self._meta, col.type_oid, col.typmod)
+            columns.append(Column(col.name, kind, col.name not in required, name))
+            converters.append(convert)
+        key = primary_key(self._meta, relation.namespace, relation.name)
+        if relation.replica_identity != "f":
+            identity = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}
+            log.info(
+                "%s has REPLICA IDENTITY %s: before images hold the key only",
+                source,
+                identity.get(relation.replica_identity, relation.replica_identity),
+            )
+        registry = self.settings.registry
+        schema = registry.register(source, tuple(columns), key)
+        return _Table(source, registry.codec(source, schema.version), converters)
+
+    def _change(self, table: _Table, change: pgoutput.Change) -> list[bytes]:
+        old = None if change.old is None else table.values(change.old, "old row")
+        new = None if change.new is None else table.values(change.new, "new row")
+        if change.op == "I":
+            return [table.event("c", None, new)]
+        if change.op == "D":
+            return [table.event("d", old, None)]
+        assert new is not None
+        if old is not None and table.codec.key_text(old) != table.codec.key_text(new):
+            return [table.event("d", old, None), table.event("c", None, new)]
+        return [table.event("u", old, new)]
+
+    def _undecodable(
+        self, exc: DecodeError, table: _Table, events: list[bytes], stopped: Any, at: int
+    ) -> None:
+        message = f"{exc} (WAL position {_lsn(at)})"
+        if self.settings.on_decode_error == "skip":
+            self.stats.skipped_events += 1
+            log.error("skipped a change: %s", message)
+            return
+        stopped[table.source] = message
+        events[:] = [e for e in events if wire.event_source(e) != table.name]
+        log.error("capture of %s stopped: %s; the other tables go on", table.source, message)
+
+
+def _lsn(value: int) -> str:
+    return f"{value >> 32:X}/{value & 0xFFFFFFFF:X}"

@@ -1,0 +1,205 @@
+"""Connecting to PostgreSQL and getting it ready for capture: the URL, the server's settings
+and privileges, the publication of the captured tables and the replication slot. Every
+refusal says what to change."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import psycopg2
+
+from sluice.core.names import source_name, split_source
+from sluice.errors import ConfigError, SourceConnectionError, SourceSetupError
+
+_HINT = "expected postgresql://USER[:PASSWORD]@HOST:PORT/DBNAME[?slot=NAME&publication=NAME]"
+_IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+@dataclass(frozen=True, slots=True)
+class PgUrl:
+    host: str
+    port: int
+    user: str
+    dbname: str
+    slot: str
+    publication: str
+    password: str = field(repr=False, default="")
+
+    def dsn(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password or None,
+            "dbname": self.dbname,
+            # Values in the text forms types.py reads.
+            "options": "-c TimeZone=UTC -c DateStyle=ISO -c extra_float_digits=1"
+            " -c bytea_output=hex -c IntervalStyle=iso_8601",
+            "connect_timeout": 10,
+        }
+
+
+def parse_pg_url(url: str) -> PgUrl:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"bad source URL ({exc}); {_HINT}") from None
+    if not parts.hostname or not parts.username or not parts.path.strip("/"):
+        raise ConfigError(f"source URL needs a user, a host and a database; {_HINT}")
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    slot, publication = query.get("slot", "sluice"), query.get("publication", "sluice")
+    for what, name in (("slot", slot), ("publication", publication)):
+        if not _IDENT.fullmatch(name):
+            raise ConfigError(f"{what} name {name!r}: lower-case letters, digits and _ only")
+    password = unquote(parts.password or "") or os.environ.get("SLUICE_SOURCE_PASSWORD", "")
+    return PgUrl(
+        parts.hostname,
+        port or 5432,
+        unquote(parts.username),
+        unquote(parts.path.strip("/")),
+        slot,
+        publication,
+        password,
+    )
+
+
+def connect(url: PgUrl, **kwargs: Any) -> Any:
+    try:
+        conn = psycopg2.connect(**url.dsn(), **kwargs)
+    except psycopg2.OperationalError as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        if "password" in text or "authentication" in text or "does not exist" in text:
+            raise SourceSetupError(f"PostgreSQL refused the login: {text}") from None
+        raise SourceConnectionError(f"cannot reach PostgreSQL: {text}") from None
+    return conn
+
+
+def _one(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> Any:
+    with conn.cursor() as cur:
+        cur.execute(sql, args)
+        row = cur.fetchone()
+        return None if row is None else row[0]
+
+
+def check_server(conn: Any, url: PgUrl, tables: tuple[str, ...]) -> int:
+    """Check settings, privileges and tables; make the publication and slot when absent.
+    Returns the server's current WAL position (an SCN)."""
+    if _one(conn, "SHOW wal_level") != "logical":
+        raise SourceSetupError(
+            "wal_level is not logical: set wal_level = logical in postgresql.conf and restart "
+            "PostgreSQL"
+        )
+    if not _one(
+        conn, "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+    ):
+        raise SourceSetupError(
+            f"role {url.user} may not replicate: ALTER ROLE {url.user} REPLICATION"
+        )
+    for source in tables:
+        schema, table = split_source(source)
+        if _one(conn, "SELECT to_regclass(%s)", (f'"{schema}"."{table}"',)) is None:
+            raise SourceSetupError(
+                f"unknown table {source!r}: it does not exist in database {url.dbname}, or the "
+                "capture user may not see it",
+                source=source,
+            )
+    _publication(conn, url, tables)
+    _slot(conn, url)
+    return int(_one(conn, "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"))
+
+
+def _quoted(source: str) -> str:
+    schema, table = split_source(source)
+    return '"{}"."{}"'.format(schema.replace('"', '""'), table.replace('"', '""'))
+
+
+def _publication(conn: Any, url: PgUrl, tables: tuple[str, ...]) -> None:
+    exists = _one(conn, "SELECT 1 FROM pg_publication WHERE pubname = %s", (url.publication,))
+    have: set[tuple[str, str]] = set()
+    if exists:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s",
+                (url.publication,),
+            )
+            have = {(str(s), str(t)) for s, t in cur.fetchall()}
+    missing = [s for s in tables if split_source(s) not in have]
+    if not missing:
+        return
+    names = ", ".join(_quoted(s) for s in missing)
+    sql = (
+        f"ALTER PUBLICATION {url.publication} ADD TABLE {names}"
+        if exists
+        else f"CREATE PUBLICATION {url.publication} FOR TABLE {names}"
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+    except psycopg2.Error as exc:
+        raise SourceSetupError(
+            f"cannot publish {', '.join(missing)} ({_first_line(exc)}): run `{sql}` as the "
+            "tables' owner, or make the capture user their owner"
+        ) from None
+
+
+def _slot(conn: Any, url: PgUrl) -> None:
+    plugin = _one(
+        conn,
+        "SELECT plugin FROM pg_replication_slots WHERE slot_name = %s AND database = %s",
+        (url.slot, url.dbname),
+    )
+    if plugin is not None:
+        if plugin != "pgoutput":
+            raise SourceSetupError(
+                f"replication slot {url.slot} uses plugin {plugin}, not pgoutput: give another "
+                "slot (?slot=NAME in the source URL) or drop it"
+            )
+        return
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (url.slot,))
+    except psycopg2.Error as exc:
+        text = _first_line(exc)
+        hint = (
+            "raise max_replication_slots in postgresql.conf (and restart), or drop an unused slot"
+            if "max_replication_slots" in text or "all replication slots are in use" in text
+            else "check the capture user's REPLICATION attribute"
+        )
+        raise SourceSetupError(
+            f"cannot create replication slot {url.slot}: {text}; {hint}"
+        ) from None
+
+
+def primary_key(conn: Any, namespace: str, table: str) -> tuple[str, ...]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+            "ORDER BY array_position(i.indkey, a.attnum)",
+            (_quoted(source_name(namespace, table)),),
+        )
+        return tuple(str(r[0]) for r in cur.fetchall())
+
+
+def not_null(conn: Any, namespace: str, table: str) -> set[str]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+            "AND attnotnull AND NOT attisdropped",
+            (_quoted(source_name(namespace, table)),),
+        )
+        return {str(r[0]) for r in cur.fetchall()}
+
+
+def type_name(conn: Any, oid: int, typmod: int) -> str:
+    return str(_one(conn, "SELECT format_type(%s, %s)", (oid, typmod)))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)

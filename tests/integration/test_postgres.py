@@ -1,0 +1,219 @@
+"""PostgreSQL capture through the relay (logical replication, pgoutput): changes, whole
+transactions in commit order, types, restart without repeats or gaps, the slot confirmed only
+up to what the relay persisted, and clear errors for a server that is not set up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.errors import SluiceError
+from sluice.relay import RelayConfig
+from sluice.testing import RecordingConsumer, RelayThread, ReplicaConsumer
+from sluice.testing.postgres import PrivatePostgres
+from tests.integration.support import consume, get_json, wait_for
+
+
+def _config(
+    pg: PrivatePostgres, db: str, tables: list[str], data: Path, **extra: Any
+) -> RelayConfig:
+    return RelayConfig(source=pg.source_url(db), tables=tables, data_dir=data, port=0, **extra)
+
+
+def _current_lsn(conn: Any) -> int:
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
+        return int(cur.fetchone()[0])
+
+
+def _caught_up(relay_url: str, conn: Any) -> None:
+    target = _current_lsn(conn)
+    wait_for(
+        lambda: (
+            get_json(relay_url + "/stats")["capture"]["last_scn"] >= target
+            or get_json(relay_url + "/stats")["capture"]["source_end_scn"] >= target
+        ),
+        60,
+        "capture to reach the server's WAL end",
+    )
+
+
+def _truth(conn: Any, table: str) -> dict[str, dict[str, Any]]:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT id, v FROM {table}")
+        return {json.dumps({"id": i}, separators=(",", ":")): {"id": i, "v": v} for i, v in cur}
+
+
+def test_changes_and_transactions_are_captured_in_commit_order(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
+        cur.execute("CREATE TABLE b (id int PRIMARY KEY, v text)")
+        cur.execute("CREATE TABLE other (id int PRIMARY KEY)")
+    config = _config(postgres, pg_database, ["public.a", "public.b"], tmp_path / "relay")
+    with RelayThread(config) as relay:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO a VALUES (1, 'one'), (2, 'two')")
+            cur.execute("BEGIN")
+            cur.execute("UPDATE a SET v = 'uno' WHERE id = 1")
+            cur.execute("INSERT INTO b VALUES (1, 'b-one')")
+            cur.execute("INSERT INTO other VALUES (1)")
+            cur.execute("COMMIT")
+            cur.execute("BEGIN")
+            cur.execute("INSERT INTO a VALUES (3, 'rolled back')")
+            cur.execute("ROLLBACK")
+            cur.execute("UPDATE a SET id = 20 WHERE id = 2")  # a primary key change
+            cur.execute("DELETE FROM b WHERE id = 1")
+        _caught_up(relay.url, conn)
+        recorder = RecordingConsumer()
+        consume(relay.url, recorder, since_scn=start)
+        replica = ReplicaConsumer()
+        consume(relay.url, replica, since_scn=start)
+        sources = {s["source"] for s in get_json(relay.url + "/sources")["sources"]}
+    assert sources == {"public.a", "public.b"}
+    ops = [(e.source, e.op, (e.key or {}).get("id")) for e in recorder.events]
+    assert ops == [
+        ("public.a", "c", 1),
+        ("public.a", "c", 2),
+        ("public.a", "u", 1),
+        ("public.b", "c", 1),
+        ("public.a", "d", 2),
+        ("public.a", "c", 20),
+        ("public.b", "d", 1),
+    ]
+    windows = list(recorder.windows)
+    assert [len(w.events) for w in windows] == [2, 2, 2, 1]  # whole transactions
+    assert [w.scn for w in windows] == sorted(w.scn for w in windows)
+    assert replica.snapshot("public.a") == _truth(conn, "a")
+    assert replica.snapshot("public.b") == {}
+    conn.close()
+
+
+def test_types_map_to_their_json_values(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE typed (id bigint PRIMARY KEY, s smallint, i integer, n numeric(10,2), "
+            "nn numeric, r real, d double precision, b boolean, t text, vc varchar(10), "
+            "c char(3), by bytea, dt date, tm time, ts timestamp, tz timestamptz, j json, "
+            "jb jsonb, u uuid, iv interval)"
+        )
+    with RelayThread(_config(postgres, pg_database, ["public.typed"], tmp_path / "r")) as relay:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO typed VALUES (9007199254740993, -32768, 2147483647, -12.50, "
+                "'NaN', 0.1, 'Infinity', false, 'ünï', 'x', 'ab', '\\x00ff10', '2024-02-29', "
+                "'23:59:59.999999', '2024-01-02 03:04:05.5', '2024-01-02 03:04:05+05:30', "
+                "'{\"a\": 1}', '{\"b\": [1, null]}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', "
+                "'1 day 02:00:00')"
+            )
+            cur.execute("INSERT INTO typed (id, dt, ts) VALUES (2, 'infinity', '-infinity')")
+        _caught_up(relay.url, conn)
+        replica = ReplicaConsumer()
+        consume(relay.url, replica, since_scn=start)
+    rows = replica.snapshot("public.typed")
+    assert rows['{"id":9007199254740993}'] == {
+        "id": 9007199254740993,
+        "s": -32768,
+        "i": 2147483647,
+        "n": "-12.50",
+        "nn": "NaN",
+        "r": 0.10000000149011612,
+        "d": float("inf"),
+        "b": False,
+        "t": "ünï",
+        "vc": "x",
+        "c": "ab ",
+        "by": "AP8Q",
+        "dt": "2024-02-29",
+        "tm": "23:59:59.999999",
+        "ts": "2024-01-02T03:04:05.500000",
+        "tz": "2024-01-01T21:34:05Z",
+        "j": {"a": 1},
+        "jb": {"b": [1, None]},
+        "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "iv": "P1DT2H",
+    }
+    assert rows['{"id":2}']["dt"] is None and rows['{"id":2}']["ts"] is None
+    conn.close()
+
+
+def test_a_restarted_relay_resumes_without_repeats_or_gaps_and_confirms_only_what_it_holds(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
+        cur.execute("CREATE TABLE busy (id serial PRIMARY KEY, pad text)")
+    config = _config(postgres, pg_database, ["public.a"], tmp_path / "relay")
+    recorder = RecordingConsumer()
+    with RelayThread(config) as relay:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        with conn.cursor() as cur:
+            for n in range(20):
+                cur.execute("INSERT INTO a VALUES (%s, 'first')", (n,))
+        _caught_up(relay.url, conn)
+        held = get_json(relay.url + "/stats")["max_scn"]
+        wait_for(lambda: _confirmed(conn) >= held, 30, "the slot to be confirmed")
+        assert _confirmed(conn) <= _current_lsn(conn)
+    with conn.cursor() as cur:  # changes while the relay is down stay in the slot
+        for n in range(20, 40):
+            cur.execute("INSERT INTO a VALUES (%s, 'while down')", (n,))
+    assert _confirmed(conn) <= _current_lsn(conn)
+    with RelayThread(config) as relay:
+        with conn.cursor() as cur:
+            cur.execute("UPDATE a SET v = 'after' WHERE id < 5")
+            # A busy database whose captured tables are idle: the slot still advances.
+            cur.execute(
+                "INSERT INTO busy (pad) SELECT repeat('x', 500) FROM generate_series(1, 2000)"
+            )
+        _caught_up(relay.url, conn)
+        consume(relay.url, recorder, since_scn=start)
+        end = _current_lsn(conn)
+        wait_for(lambda: _confirmed(conn) >= end, 30, "the slot to follow an idle table")
+    ids = [e.key["id"] for e in recorder.events if e.op == "c"]  # type: ignore[index]
+    assert ids == list(range(40))  # each row once, in commit order, none lost while down
+    assert sum(1 for e in recorder.events if e.op == "u") == 5
+    conn.close()
+
+
+def _confirmed(conn: Any) -> int:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots "
+            "WHERE database = current_database()"
+        )
+        row = cur.fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+
+def test_a_server_not_set_up_for_capture_gets_one_clear_error(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id int PRIMARY KEY)")
+        cur.execute("CREATE ROLE plain LOGIN")
+    cases = [
+        (["public.nope"], postgres.source_url(pg_database), "unknown table 'public.nope'"),
+        (
+            ["public.a"],
+            postgres.source_url(pg_database).replace("postgres@", "plain@"),
+            "ALTER ROLE plain REPLICATION",
+        ),
+        (["public.a"], postgres.source_url(pg_database, slot="Bad-Name"), "slot name"),
+    ]
+    for tables, url, expected in cases:
+        config = RelayConfig(source=url, tables=tables, data_dir=tmp_path / "r", port=0)
+        with pytest.raises(SluiceError, match=expected), RelayThread(config):
+            pass
+    conn.close()
