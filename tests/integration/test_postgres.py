@@ -180,6 +180,9 @@ def test_a_restarted_relay_resumes_without_repeats_or_gaps_and_confirms_only_wha
         consume(relay.url, recorder, since_scn=start)
         end = _current_lsn(conn)
         wait_for(lambda: _confirmed(conn) >= end, 30, "the slot to follow an idle table")
+        slot = get_json(relay.url + "/stats")["capture"]["source"]
+        assert slot["slot"] == "sluice" and slot["retained_wal_bytes"] >= 0
+        assert set(slot) >= {"server_lsn", "confirmed_lsn"}
     ids = [e.key["id"] for e in recorder.events if e.op == "c"]  # type: ignore[index]
     assert ids == list(range(40))  # each row once, in commit order, none lost while down
     assert sum(1 for e in recorder.events if e.op == "u") == 5

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sluice.errors import ConfigError, SluiceError
@@ -41,6 +41,8 @@ class CaptureStats:
     skipped_events: int = 0  # rows skipped (on_decode_error = "skip")
     # sources stopped by a row that cannot be decoded (on_decode_error = "stop_source")
     stopped_sources: dict[str, str] = field(default_factory=dict)
+    # what a source kind reports of its own (PostgreSQL: its slot's positions)
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 class SourceInfo(Protocol):

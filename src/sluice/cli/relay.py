@@ -18,7 +18,8 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--source",
-        help="mysql://USER[:PASSWORD]@HOST:PORT (password may also come "
+        help="mysql://USER[:PASSWORD]@HOST:PORT or postgresql://USER[:PASSWORD]@HOST:PORT/DB"
+        "[?slot=NAME&publication=NAME] (password may also come "
         "from SLUICE_SOURCE_PASSWORD)",
     )
     p.add_argument(

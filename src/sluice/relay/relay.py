@@ -219,6 +219,7 @@ class Relay(AsyncComponent):
                 "error": str(self.capture_error) if self.capture_error else None,
                 "stopped_sources": dict(cap.stopped_sources) if cap else {},
                 "skipped_events": cap.skipped_events if cap else 0,
+                "source": dict(cap.details) if cap else {},
             },
         }
 

@@ -110,6 +110,7 @@ class PostgresCapture:
         self._thread: threading.Thread | None = None
         self._persisted = 0  # written by the relay's loop, read by the thread
         self._delivered = 0  # the newest window handed to the sink
+        self._details_at = 0.0
         self._relations: dict[int, _Table | None] = {}
         self._meta: Any = None
 
@@ -213,6 +214,7 @@ class PostgresCapture:
             message = cur.read_message()
             if message is None:
                 confirmed = self._feedback(cur, confirmed, idle=not events)
+                self._slot_details(confirmed)
                 select.select([cur], [], [], 0.5)
                 continue
             self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
@@ -257,6 +259,30 @@ class PostgresCapture:
         if target > confirmed or idle:
             cur.send_feedback(flush_lsn=max(target, confirmed), reply=idle)
         return max(target, confirmed)
+
+    def _slot_details(self, confirmed: int) -> None:
+        """The slot's positions for /stats, read at most every few seconds."""
+        now = time.monotonic()
+        if now - self._details_at < 5:
+            return
+        self._details_at = now
+        with self._meta.cursor() as cur:
+            cur.execute(
+                "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn, "
+                "confirmed_flush_lsn - '0/0'::pg_lsn, pg_current_wal_insert_lsn() - restart_lsn "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                (self.url.slot,),
+            )
+            row = cur.fetchone()
+        if row is not None:
+            server, slot_confirmed, retained = (int(v or 0) for v in row)
+            self.stats.details.update(
+                slot=self.url.slot,
+                server_lsn=_lsn(server),
+                confirmed_lsn=_lsn(slot_confirmed),
+                sent_confirmed_lsn=_lsn(confirmed),
+                retained_wal_bytes=retained,
+            )
 
     def _describe(self, relation: pgoutput.Relation) -> _Table | None:
         source = source_name(relation.namespace, relation.name)
