@@ -13,8 +13,9 @@ from typing import Any
 from pydantic import SecretStr
 
 from benchmarks.common import binlog_reader, table, write_results
-from sluice.capture import CapturedWindow, MySQLCapture
+from sluice.capture import CapturedWindow
 from sluice.capture.metadata import end_scn
+from sluice.capture.mysql import MySQLCapture
 from sluice.core.scn import scn_position
 from sluice.relay import RelayConfig
 from sluice.schemas import SchemaRegistry

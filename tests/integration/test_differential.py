@@ -21,9 +21,10 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from sluice.capture import CapturedWindow, MySQLCapture, parse_source_url
+from sluice.capture import CapturedWindow, parse_source_url
 from sluice.capture.binlog.values import shortest_float32
 from sluice.capture.metadata import end_scn
+from sluice.capture.mysql import MySQLCapture
 from sluice.capture.tables import TableDecoder
 from sluice.core.event import Event
 from sluice.core.scn import scn_position
