@@ -4,9 +4,11 @@ PIP ?= $(PYTHON) -m pip
 
 .PHONY: setup test lint bench demo
 
-# System packages: MariaDB and PostgreSQL (tests start private servers), a JRE for Spark, and
-# the MariaDB JDBC driver for Spark jobs that read tables directly. Installed only when missing.
-APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java postgresql
+# System packages: MariaDB and PostgreSQL (tests start private servers; wal2json is the C
+# decoder the PostgreSQL benchmark measures against), a JRE for Spark, and the MariaDB JDBC
+# driver for Spark jobs that read tables directly. Installed only when missing.
+APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java postgresql \
+	postgresql-15-wal2json
 
 setup:
 	@missing=""; \
@@ -14,6 +16,7 @@ setup:
 	  command -v java >/dev/null 2>&1 || missing="yes"; \
 	  test -f /usr/share/java/mariadb-java-client.jar || missing="yes"; \
 	  { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="yes"; \
+	  ls /usr/lib/postgresql/*/lib/wal2json.so >/dev/null 2>&1 || missing="yes"; \
 	  if [ -n "$$missing" ]; then \
 	    (apt-get update -qq || true) && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \

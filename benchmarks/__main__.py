@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from benchmarks import capture, latency, report, serving, spark_path
+from benchmarks import capture, latency, pg_capture, report, serving, spark_path
 
 
 def main() -> int:
     print("== capture: rows/s over the same binlog ==")
     capture.run()
+    print("\n== PostgreSQL capture: rows/s over the same WAL ==")
+    pg_capture.run()
     print("\n== end to end and serving ==")
     serving.run()
     print("\n== latency: commit to consumer at 100 commits/s ==")
@@ -20,7 +22,7 @@ def main() -> int:
     print("\n== seeding: sluice bootstrap seed vs spark.read.jdbc and mariadb-dump ==")
     # Its own process: the JDBC baseline needs the driver jar on a JVM started with it.
     subprocess.run([sys.executable, "-m", "benchmarks.seed"], check=True)
-    print("\n== targets (issue 4) ==")
+    print("\n== targets ==")
     report.run()
     return 0
 

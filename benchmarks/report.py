@@ -59,6 +59,27 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
         round(log_rate / relay_rate, 2) if log_rate and relay_rate else None,
         1.0,
     )
+    # Issue 10: PostgreSQL capture.
+    pg = _load("pg_capture")
+    for workload, label in (
+        ("insert_1000_per_txn", "PostgreSQL capture, 1,000-row inserts >= 3x psycopg2 (issue 10)"),
+        ("insert_1_per_txn", "PostgreSQL capture, single-row txns >= 3x psycopg2 (issue 10)"),
+    ):
+        add(label, pg.get(workload, {}).get("ratio_vs_psycopg2"), 3)
+    return rows
+
+
+def _pg_rows(pg: dict[str, Any]) -> list[tuple[str, ...]]:
+    readers = (
+        "sluice",
+        "psycopg2 pgoutput loop",
+        "psycopg2 wal2json loop",
+        "pg_recvlogical wal2json",
+    )
+    rows: list[tuple[str, ...]] = [("PostgreSQL capture", *(f"{r} rows/s" for r in readers))]
+    for workload, values in pg.items():
+        if isinstance(values, dict) and "sluice" in values:
+            rows.append((workload, *(_n(values[r]["rows_per_s"]) for r in readers)))
     return rows
 
 
@@ -112,6 +133,9 @@ def render() -> str:
         "",
         _md(_capture_rows(cap)),
     ]
+    pg = _load("pg_capture")
+    if pg:
+        parts += ["", _md(_pg_rows(pg))]
     if srv:
         e2e, s = srv["end_to_end"], srv["serving"]
         one, fifty = s["clients_1"], s["clients_50"]

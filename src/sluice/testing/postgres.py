@@ -51,8 +51,9 @@ def _as_postgres(args: list[str]) -> list[str]:
 class PrivatePostgres:
     """Start with ``start()`` (or ``with``): superuser ``postgres``, no password (trust)."""
 
-    def __init__(self, base_dir: Path | None = None) -> None:
+    def __init__(self, base_dir: Path | None = None, *, settings: tuple[str, ...] = ()) -> None:
         self._own_dir = base_dir is None
+        self.settings = settings  # extra "name=value" server settings
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="sluice-postgres-"))
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
@@ -110,6 +111,7 @@ class PrivatePostgres:
             "full_page_writes=off",
             "-c",
             "TimeZone=UTC",
+            *(arg for setting in self.settings for arg in ("-c", setting)),
         ]
         log = (self.base_dir / "server.log").open("ab")
         self._proc = subprocess.Popen(

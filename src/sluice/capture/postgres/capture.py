@@ -14,7 +14,7 @@ import logging
 import select
 import threading
 import time
-from typing import Any, cast
+from typing import Any
 from zlib import crc32
 
 import psycopg2
@@ -33,7 +33,6 @@ from sluice.capture.postgres.setup import (
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
 from sluice.core import wire
-from sluice.core.event import Op
 from sluice.core.names import source_name
 from sluice.errors import DecodeError, SluiceError, SourceConnectionError, SourceError
 from sluice.schemas import Column, RowCodec
@@ -55,8 +54,21 @@ class _Table:
         self.codec = codec
         self.converters = converters
         self.name = source.encode()
+        self.version = codec.schema.version
+        self._encode = codec.encode
+        self._key = codec.key_text
 
     def values(self, raw: pgoutput.Tuple, what: str) -> list[Any]:
+        if pgoutput.UNCHANGED not in raw:
+            try:
+                return [
+                    None if v is None else c(v) for c, v in zip(self.converters, raw, strict=True)
+                ]
+            except (ValueError, OverflowError):
+                pass  # find and name the column below
+        return self._slow_values(raw, what)
+
+    def _slow_values(self, raw: pgoutput.Tuple, what: str) -> list[Any]:
         out: list[Any] = []
         for col, convert, value in zip(
             self.codec.schema.columns, self.converters, raw, strict=True
@@ -82,13 +94,18 @@ class _Table:
                     ) from None
         return out
 
-    def event(self, op: str, before: list[Any] | None, after: list[Any] | None) -> bytes:
-        payload = self.codec.encode(before, after)
-        row = after if after is not None else before
-        key = self.codec.key_text(row or [])
+    def event(self, op: int, before: list[Any] | None, after: list[Any] | None) -> bytes:
+        payload = self._encode(before, after)
+        key = self._key(after if after is not None else before or [])
         hashed = crc32(key.encode() if key is not None else payload)
-        version = self.codec.schema.version
-        return wire.encode_event(wire.RawEvent(self.source, cast(Op, op), version, hashed, payload))
+        size = _EVENT_FIXED + len(self.name) + len(payload)
+        head = _EVENT_HEADER(size, hashed, op, len(self.name), self.version)
+        return b"".join((head, self.name, payload))
+
+
+_EVENT_HEADER = wire.EVENT_HEADER.pack
+_EVENT_FIXED = wire.EVENT_HEADER_SIZE
+_C, _U, _D = ord("c"), ord("u"), ord("d")
 
 
 def open_postgres(url: str, settings: CaptureSettings) -> CaptureSource:
@@ -311,13 +328,13 @@ class PostgresCapture:
         old = None if change.old is None else table.values(change.old, "old row")
         new = None if change.new is None else table.values(change.new, "new row")
         if change.op == "I":
-            return [table.event("c", None, new)]
+            return [table.event(_C, None, new)]
         if change.op == "D":
-            return [table.event("d", old, None)]
+            return [table.event(_D, old, None)]
         assert new is not None
         if old is not None and table.codec.key_text(old) != table.codec.key_text(new):
-            return [table.event("d", old, None), table.event("c", None, new)]
-        return [table.event("u", old, new)]
+            return [table.event(_D, old, None), table.event(_C, None, new)]
+        return [table.event(_U, old, new)]
 
     def _undecodable(
         self, exc: DecodeError, table: _Table, events: list[bytes], stopped: Any, at: int

@@ -96,21 +96,34 @@ class _Reader:
         return text
 
     def tuple(self) -> Tuple:
-        values: Tuple = []
-        for _ in range(self.i16()):
-            kind = self.data[self.pos : self.pos + 1]
-            self.pos += 1
-            if kind == b"n":
-                values.append(None)
-            elif kind == b"u":
-                values.append(UNCHANGED)
-            elif kind == b"t":
-                size = self.i32()
-                values.append(self.data[self.pos : self.pos + size].decode())
-                self.pos += size
-            else:
-                raise DecodeError(f"pgoutput: unknown tuple value kind {kind!r}")
+        values, self.pos = read_tuple(self.data, self.pos)
         return values
+
+
+def read_tuple(data: bytes, pos: int) -> tuple[Tuple, int]:
+    """TupleData at ``pos``: per column None ('n'), UNCHANGED ('u') or its text ('t')."""
+    count = (data[pos] << 8) | data[pos + 1]
+    pos += 2
+    values: Tuple = []
+    add = values.append
+    for _ in range(count):
+        kind = data[pos]
+        if kind == 116:  # 't'
+            size = int.from_bytes(data[pos + 1 : pos + 5], "big")
+            pos += 5
+            add(data[pos : pos + size].decode())
+            pos += size
+        elif kind == 110:  # 'n'
+            add(None)
+            pos += 1
+        elif kind == 117:  # 'u'
+            add(UNCHANGED)
+            pos += 1
+        else:
+            raise DecodeError(f"pgoutput: unknown tuple value kind {chr(kind)!r}")
+    if pos > len(data):
+        raise DecodeError("pgoutput: a tuple is cut short")
+    return values, pos
 
 
 def parse(message: bytes) -> Relation | Change | Commit | Truncate | None:

@@ -1,0 +1,242 @@
+"""PostgreSQL capture rows/s: the Sluice relay vs a plain psycopg2 logical-replication loop
+decoding the same WAL in Python (pgoutput, and wal2json + json.loads) vs ``pg_recvlogical``
+with wal2json (a C decoder: the practical limit). Every reader has its own slot, made before
+the workload, so each reads exactly the same WAL."""
+
+from __future__ import annotations
+
+import json
+import select
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+
+from benchmarks.common import table, write_results
+from sluice.relay import RelayConfig
+from sluice.testing import RelayThread
+from sluice.testing.postgres import PrivatePostgres
+
+DDL = (
+    "CREATE TABLE t (id bigint PRIMARY KEY, a int, b bigint, c varchar(32), d varchar(64), "
+    "e numeric(10,2), f double precision, g timestamp, h date, i smallint, j text)"
+)
+ROWS = (
+    "SELECT s + {off}, s, s * 7, 'name-' || s, repeat('x', 40), s / 100.0, s * 1.5, "
+    "'2024-01-02 03:04:05', '2024-01-02', s % 100, 'some text' FROM generate_series(1, {n}) s"
+)
+READERS = ("sluice", "psycopg2 pgoutput loop", "psycopg2 wal2json loop", "pg_recvlogical wal2json")
+
+
+def _load(pg: PrivatePostgres, rows: int, per_txn: int, update: bool, round_: int) -> int:
+    conn = pg.connect("bench")
+    cur = conn.cursor()
+    cur.execute("DROP TABLE IF EXISTS t")
+    cur.execute(DDL)
+    cur.execute("DROP PUBLICATION IF EXISTS bench")
+    cur.execute("CREATE PUBLICATION bench FOR TABLE t")
+    if update:
+        cur.execute("INSERT INTO t " + ROWS.format(off=0, n=rows))
+    for n, reader in enumerate(READERS):
+        plugin = "wal2json" if "wal2json" in reader else "pgoutput"
+        cur.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (f"s{round_}_{n}", plugin))
+    cur.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
+    start = int(cur.fetchone()[0])
+    for off in range(0, rows, per_txn):
+        if update:
+            cur.execute(
+                f"UPDATE t SET a = a + 1, d = repeat('y', 40) WHERE id > {off} "
+                f"AND id <= {off + per_txn}"
+            )
+        else:
+            cur.execute("INSERT INTO t " + ROWS.format(off=off, n=per_txn))
+    conn.close()
+    return start
+
+
+def _sluice(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
+    done = threading.Event()
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as data_dir:
+        config = RelayConfig(
+            source=pg.source_url("bench", slot=slot, publication="bench"),
+            tables=["public.t"],
+            data_dir=Path(data_dir),
+            port=0,
+            since_scn=start,
+            buffer_size=512 << 20,
+        )
+        service = RelayThread(config)
+        relay = service.relay
+        wake = relay._wake_streams
+
+        def woken() -> None:
+            wake()
+            if relay.buffer.event_count >= rows:
+                done.set()
+
+        relay._wake_streams = woken  # type: ignore[method-assign]
+        began = time.perf_counter()
+        service.start()
+        done.wait(600)
+        elapsed = time.perf_counter() - began
+        count = relay.buffer.event_count
+        service.stop()
+    if count != rows:
+        raise RuntimeError(f"sluice saw {count} rows, expected {rows}")
+    return elapsed
+
+
+def _stream(pg: PrivatePostgres, slot: str, options: dict[str, str]) -> Any:
+    conn = psycopg2.connect(
+        pg.dsn("bench"), connection_factory=psycopg2.extras.LogicalReplicationConnection
+    )
+    cur = conn.cursor()
+    cur.start_replication(slot_name=slot, decode=False, options=options)
+    return conn, cur
+
+
+def _pgoutput_values(data: bytes, pos: int) -> tuple[list[Any], int]:
+    """A hand-written pgoutput tuple decoder, as a user of psycopg2 would write one."""
+    (count,) = struct.unpack_from(">h", data, pos)
+    pos += 2
+    values: list[Any] = []
+    for _ in range(count):
+        kind = data[pos]
+        pos += 1
+        if kind == ord("t"):
+            (size,) = struct.unpack_from(">i", data, pos)
+            values.append(data[pos + 4 : pos + 4 + size].decode())
+            pos += 4 + size
+        else:
+            values.append(None)
+    return values, pos
+
+
+def _psycopg2_pgoutput(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
+    began = time.perf_counter()
+    conn, cur = _stream(pg, slot, {"proto_version": "1", "publication_names": "bench"})
+    seen, names = 0, None
+    while seen < rows:
+        msg = cur.read_message()
+        if msg is None:
+            select.select([cur], [], [], 0.5)
+            continue
+        data = msg.payload
+        if data[:1] == b"R":
+            names = data  # a real consumer keeps the relation's column names
+        elif data[:1] in (b"I", b"U"):
+            pos = 5
+            if data[pos : pos + 1] in (b"K", b"O"):
+                _old, pos = _pgoutput_values(data, pos + 1)
+            values, _ = _pgoutput_values(data, pos + 1)
+            row = dict(enumerate(values))
+            seen += 1 if row else 0
+    del names
+    conn.close()
+    return time.perf_counter() - began
+
+
+def _psycopg2_wal2json(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
+    began = time.perf_counter()
+    conn, cur = _stream(pg, slot, {"format-version": "2"})
+    seen = 0
+    while seen < rows:
+        msg = cur.read_message()
+        if msg is None:
+            select.select([cur], [], [], 0.5)
+            continue
+        change = json.loads(msg.payload)
+        if change.get("action") in ("I", "U"):
+            seen += 1
+    conn.close()
+    return time.perf_counter() - began
+
+
+def _pg_recvlogical(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
+    began = time.perf_counter()
+    proc = subprocess.Popen(
+        [
+            "pg_recvlogical",
+            "-d",
+            pg.dsn("bench"),
+            "--slot",
+            slot,
+            "--start",
+            "-o",
+            "format-version=2",
+            "-f",
+            "-",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    seen = 0
+    for line in proc.stdout:
+        if b'"action":"I"' in line or b'"action":"U"' in line:
+            seen += 1
+            if seen >= rows:
+                break
+    elapsed = time.perf_counter() - began
+    proc.kill()
+    proc.wait()
+    return elapsed
+
+
+def run(rows: int = 100_000, single: int = 5_000, repeat: int = 3) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    readers = dict(
+        zip(
+            READERS, (_sluice, _psycopg2_pgoutput, _psycopg2_wal2json, _pg_recvlogical), strict=True
+        )
+    )
+    # This build lets an output plugin load only when listed (wal2json for the C baseline).
+    with PrivatePostgres(settings=("output_plugin_libraries=wal2json,pgoutput",)) as pg:
+        pg.connect().cursor().execute("CREATE DATABASE bench")
+        for name, n, per_txn, update in (
+            ("insert_1000_per_txn", rows, 1000, False),
+            ("update_1000_per_txn", rows, 1000, True),
+            ("insert_1_per_txn", single, 1, False),
+        ):
+            runs: dict[str, list[float]] = {label: [] for label in readers}
+            for round_ in range(repeat):
+                start = _load(pg, n, per_txn, update, round_)
+                for i, (label, fn) in enumerate(readers.items()):
+                    runs[label].append(fn(pg, f"s{round_}_{i}", start, n))
+                conn = pg.connect("bench")
+                conn.cursor().execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
+                )
+                conn.close()
+            measured: dict[str, Any] = {
+                label: {"rows": n, "seconds": round(min(t), 3), "rows_per_s": round(n / min(t))}
+                for label, t in runs.items()
+            }
+            base = measured["psycopg2 pgoutput loop"]["rows_per_s"]
+            measured["ratio_vs_psycopg2"] = round(measured["sluice"]["rows_per_s"] / base, 2)
+            measured["ratio_vs_pg_recvlogical"] = round(
+                measured["sluice"]["rows_per_s"]
+                / measured["pg_recvlogical wal2json"]["rows_per_s"],
+                2,
+            )
+            results[name] = measured
+    print(
+        table(
+            [("workload", *(f"{r} rows/s" for r in READERS), "sluice vs psycopg2")]
+            + [
+                (k, *(str(v[r]["rows_per_s"]) for r in READERS), f"{v['ratio_vs_psycopg2']}x")
+                for k, v in results.items()
+            ]
+        )
+    )
+    print("wrote", write_results("pg_capture", results))
+    return results
+
+
+if __name__ == "__main__":
+    run()
