@@ -30,6 +30,7 @@ from sluice.capture.postgres.setup import (
     primary_key,
     type_name,
 )
+from sluice.capture.postgres.transcode import Slow, build_row_transcoder
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
 from sluice.core import wire
@@ -57,6 +58,42 @@ class _Table:
         self.version = codec.schema.version
         self._encode = codec.encode
         self._key = codec.key_text
+        schema = codec.schema
+        self._row = build_row_transcoder(schema.columns, schema.primary_key, converters)
+
+    def fast(self, tag: int, data: bytes) -> list[bytes]:
+        """The wire events of an Insert/Update/Delete message, by the generated transcoder
+        (raises ``Slow`` where the slow path must decide)."""
+        row = self._row
+        if tag == 73:  # I: relid, 'N', new tuple
+            after, key, _ = row(data, 6)
+            return [self._frame(_C, b"\x00\x02" + after, key)]
+        if tag == 68:  # D: relid, 'K'/'O', old tuple
+            old, key, _ = row(data, 6)
+            return [self._frame(_D, b"\x02" + old + b"\x00", key)]
+        pos: int = 5
+        before: bytes | None = None
+        old_key: str | None = None
+        if data[5] in (75, 79):  # 'K' or 'O': the old key or row
+            before, old_key, pos = row(data, 6)
+        if data[pos] != 78:  # 'N'
+            raise Slow
+        after, key, _ = row(data, pos + 1)
+        if before is None:
+            return [self._frame(_U, b"\x00\x02" + after, key)]
+        if old_key != key:  # a primary key change: delete the old key, insert the new one
+            return [
+                self._frame(_D, b"\x02" + before + b"\x00", old_key),
+                self._frame(_C, b"\x00\x02" + after, key),
+            ]
+        return [self._frame(_U, b"".join((b"\x02", before, b"\x02", after)), key)]
+
+    def _frame(self, op: int, payload: bytes, key: str | None) -> bytes:
+        hashed = crc32(key.encode() if key is not None else payload)
+        size = _EVENT_FIXED + len(self.name) + len(payload)
+        return b"".join(
+            (_EVENT_HEADER(size, hashed, op, len(self.name), self.version), self.name, payload)
+        )
 
     def values(self, raw: pgoutput.Tuple, what: str) -> list[Any]:
         if pgoutput.UNCHANGED not in raw:
@@ -106,6 +143,7 @@ class _Table:
 _EVENT_HEADER = wire.EVENT_HEADER.pack
 _EVENT_FIXED = wire.EVENT_HEADER_SIZE
 _C, _U, _D = ord("c"), ord("u"), ord("d")
+_CHANGES = frozenset(b"IUD")
 
 
 def open_postgres(url: str, settings: CaptureSettings) -> CaptureSource:
@@ -235,7 +273,16 @@ class PostgresCapture:
                 select.select([cur], [], [], 0.5)
                 continue
             self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
-            parsed = pgoutput.parse(message.payload)
+            payload = message.payload
+            if payload[0] in _CHANGES:
+                table = self._relations.get(int.from_bytes(payload[1:5], "big"))
+                if table is not None and table.source not in stopped:
+                    try:
+                        events += self._fast_or_slow(table, payload)
+                    except DecodeError as exc:
+                        self._undecodable(exc, table, events, stopped, message.data_start)
+                continue
+            parsed = pgoutput.parse(payload)
             if isinstance(parsed, pgoutput.Relation):
                 self._relations[parsed.relid] = self._describe(parsed)
             elif isinstance(parsed, pgoutput.Change):
@@ -307,12 +354,14 @@ class PostgresCapture:
             return None
         columns, converters = [], []
         required = not_null(self._meta, relation.namespace, relation.name)
+        key = primary_key(self._meta, relation.namespace, relation.name)
         for col in relation.columns:
             kind, convert = column_kind(col.type_oid)
             name = type_name(self._meta, col.type_oid, col.typmod)
-            columns.append(Column(col.name, kind, col.name not in required, name))
+            # Only key columns are never null: a before image may hold the key alone.
+            nullable = col.name not in required or col.name not in key
+            columns.append(Column(col.name, kind, nullable, name))
             converters.append(convert)
-        key = primary_key(self._meta, relation.namespace, relation.name)
         if relation.replica_identity != "f":
             identity = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}
             log.info(
@@ -323,6 +372,14 @@ class PostgresCapture:
         registry = self.settings.registry
         schema = registry.register(source, tuple(columns), key)
         return _Table(source, registry.codec(source, schema.version), converters)
+
+    def _fast_or_slow(self, table: _Table, payload: bytes) -> list[bytes]:
+        try:
+            return table.fast(payload[0], payload)
+        except (Slow, ValueError, IndexError, OverflowError, UnicodeDecodeError):
+            parsed = pgoutput.parse(payload)  # the slow path decides, and names a bad column
+            assert isinstance(parsed, pgoutput.Change)
+            return self._change(table, parsed)
 
     def _change(self, table: _Table, change: pgoutput.Change) -> list[bytes]:
         old = None if change.old is None else table.values(change.old, "old row")
