@@ -117,6 +117,13 @@ def spark_replica_from_scn_0(spark: Any, relay_url: str, bootstrap_url: str) -> 
         .load()
     )
     ops = {r["op"] for r in df.select("op").distinct().collect()}
+    # A truncate (op t) drops every older row of its source.
+    truncated = df.where("op = 't'").groupBy("source").agg(F.max("scn").alias("t_scn"))
+    df = (
+        df.where("op != 't'")
+        .join(truncated, "source", "left")
+        .where(F.col("t_scn").isNull() | (F.col("scn") > F.col("t_scn")))
+    )
     latest = SparkWindow.partitionBy("source", "key").orderBy(F.col("scn").desc())
     state = (
         df.withColumn("n", F.row_number().over(latest))

@@ -17,6 +17,7 @@ from sluice.bootstrap.job import BootstrapJob, JobConfig
 from sluice.bootstrap.reader import snapshot_rows
 from sluice.bootstrap.server import BootstrapServer
 from sluice.bootstrap.store import GENERATION_SHIFT, ROW_MASK, BootstrapStore
+from sluice.capture import parse_source_url
 from sluice.client import Client, ClientConfig, FileCheckpointStore, MemoryCheckpointStore
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import Window
@@ -315,3 +316,45 @@ def test_consumer_waits_while_the_bootstrap_log_lags_the_relay(
     assert client.checkpoint.scn == log_end
     warnings = [r for r in caplog.records if "waiting for the bootstrap job" in r.getMessage()]
     assert len(warnings) == 1  # said once, not once a second
+
+
+def test_truncate_empties_the_table_in_snapshots_catch_up_and_spark(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """A TRUNCATE is a t event: the fold drops every older row of that table (seeded,
+    snapshotted or logged), catch-up and Spark deliver it, and replicas end equal."""
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE tr (id INT PRIMARY KEY, v INT)")
+        cur.execute("CREATE TABLE kept (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO tr SELECT seq, seq FROM seq_1_to_50")  # seeded rows
+        cur.execute("INSERT INTO kept VALUES (1)")
+    tr, kept = f"{database}.tr", f"{database}.kept"
+    store = str(tmp_path / "store")
+    seed = parse_source_url(mariadb.url)
+    with RelayThread(relay_config(mariadb, [tr, kept], tmp_path / "relay")) as relay:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        job = JobConfig((relay.url,), (tr, kept), store, once=True, seed=seed)
+        BootstrapJob(job, spark).run()
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO tr VALUES (100, 1)")  # logged, then truncated
+            cur.execute("TRUNCATE TABLE tr")
+            cur.execute("INSERT INTO tr VALUES (200, 2)")
+        wait_relay_caught_up(relay.url, conn)
+        BootstrapJob(job, spark).run()
+        assert sorted(snapshot_rows(BootstrapStore(store), tr)) == ['{"id":200}']
+        with ServiceThread(BootstrapServer(store, port=0)) as server:
+            fresh = ReplicaConsumer()
+            config = ClientConfig(relays=(relay.url,), since_scn=0, bootstrap=server.url)
+            Client(config, fresh).run(until_caught_up=True)
+            behind = ReplicaConsumer()  # catches up across the truncate from the store's log
+            at = MemoryCheckpointStore(CatchUp(start))
+            Client(ClientConfig(relays=(relay.url,), bootstrap=server.url), behind, at).run(
+                until_caught_up=True
+            )
+            replica = spark_replica_from_scn_0(spark, relay.url, server.url)
+    for source in (tr, kept):
+        assert fresh.snapshot(source) == table_rows(conn, source)
+        assert replica[source] == table_rows(conn, source)
+    assert behind.snapshot(tr) == table_rows(conn, tr)  # the seeded rows it never saw: gone
+    conn.close()

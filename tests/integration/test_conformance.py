@@ -82,7 +82,7 @@ def _caught_up(relay: RelayProcess, kind: Kind) -> None:
     )
 
 
-def test_changes_transactions_ddl_and_a_killed_relay(kind: Kind, tmp_path: Path) -> None:
+def test_changes_transactions_ddl_truncate_and_a_killed_relay(kind: Kind, tmp_path: Path) -> None:
     kind.run(
         "CREATE TABLE a (id INT PRIMARY KEY, v VARCHAR(20))",
         "CREATE TABLE b (id INT PRIMARY KEY, v VARCHAR(20))",
@@ -113,7 +113,12 @@ def test_changes_transactions_ddl_and_a_killed_relay(kind: Kind, tmp_path: Path)
         relay.kill()  # SIGKILL, then more changes while it is down
         kind.run("UPDATE a SET w = 1 WHERE id = 1", "INSERT INTO b VALUES (2, 'while down')")
         relay = _relay(kind, ["a", "b"], data, log)
-        kind.run("DELETE FROM b WHERE id = 1")
+        kind.run(
+            "DELETE FROM b WHERE id = 1",
+            "INSERT INTO b VALUES (7, 'seven')",
+            "TRUNCATE TABLE b",  # every row of b is gone: one t event
+            "INSERT INTO b VALUES (3, 'after the truncate')",
+        )
         _caught_up(relay, kind)
         replica = ReplicaConsumer()
         everything = RecordingConsumer()
@@ -136,6 +141,8 @@ def test_changes_transactions_ddl_and_a_killed_relay(kind: Kind, tmp_path: Path)
     assert all((e.key or {}).get("id") != 5 for e in everything.events)
     ops = [(e.op, (e.key or {}).get("id")) for e in everything.events if e.source == a][:6]
     assert ops == [("c", 1), ("c", 2), ("c", 3), ("u", 1), ("d", 3), ("d", 2)]
+    (truncate,) = [e for e in everything.events if e.op == "t"]
+    assert truncate.source == b and truncate.key is None and truncate.after is None
     versions = {e.schema_version for e in everything.events if e.source == a}
     assert len(versions) == 2
     for table, source in (("a", a), ("b", b)):

@@ -8,6 +8,9 @@ with the log after its SCN. A source with a new seed generation is folded from i
 its rows in the previous generation are dropped: that is exact when the log covers every SCN
 after the oldest chunk, which ``check_coverage`` makes sure of.
 
+A ``t`` (TRUNCATE) event drops every row of its source with an older (SCN, seq), whether
+from the previous generation, a seed or the log.
+
 A gap in the log (op ``g`` markers: the job fell behind and the source had purged the binlogs)
 blocks every source whose base (the previous generation, or its fresh seed's oldest chunk) is
 older than the gap's end: no generation is published until those sources are seeded again
@@ -126,10 +129,17 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
     if changes is None and not fresh and previous is None:
         return None
     parts = []
+    truncates = None
     if changes is not None:
-        window = _log_window(previous, fresh)
-        rows = changes.where((F.col("scn") <= newest) & F.col("key").isNotNull() & window)
+        in_range = changes.where((F.col("scn") <= newest) & _log_window(previous, fresh))
+        rows = in_range.where(F.col("key").isNotNull())
         parts.append(rows.select(*SNAPSHOT_COLUMNS, "op"))
+        # TRUNCATE: every row of the source older than it is gone.
+        truncates = (
+            in_range.where(F.col("op") == "t")
+            .groupBy("source")
+            .agg(F.max(F.struct("scn", "seq")).alias("_truncated"))
+        )
     if previous is not None:
         base = spark.read.schema(SNAPSHOT_DDL).parquet(
             store.spark_path(store.snapshot_dir(previous))
@@ -143,7 +153,7 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
         seeded_rows = spark.read.schema(SNAPSHOT_DDL).parquet(*paths)
         parts.append(seeded_rows.select(*SNAPSHOT_COLUMNS).withColumn("op", F.lit("r")))
     folder = store.new_snapshot_dir(newest)
-    _write(parts, store.spark_path("snapshots", folder))
+    _write(parts, store.spark_path("snapshots", folder), truncates)
     store.publish(newest, {**done_seeds, **{s: r.generation for s, r in fresh.items()}}, folder)
     log.info(
         "snapshot at SCN %d published in %.1f s (%s%s)",
@@ -171,10 +181,14 @@ def _log_window(previous: int | None, fresh: dict[str, Seeded]) -> Column:
     return (F.col("log_file") >= lowest >> 32) & condition
 
 
-def _write(parts: list[Any], path: str) -> None:
+def _write(parts: list[Any], path: str, truncates: Any) -> None:
     rows = parts[0]
     for part in parts[1:]:
         rows = rows.unionByName(part)
+    if truncates is not None:
+        rows = rows.join(F.broadcast(truncates), "source", "left").where(
+            F.col("_truncated").isNull() | (F.struct("scn", "seq") > F.col("_truncated"))
+        )
     latest = Window.partitionBy("source", "key").orderBy(F.col("scn").desc(), F.col("seq").desc())
     snapshot = (
         rows.withColumn("_rank", F.row_number().over(latest))

@@ -246,7 +246,7 @@ def _windows_of(table: pa.Table, flt: wire.Filter, prev: int) -> Iterator[bytes]
     for i in range(count):
         source = columns["source"][i]
         key_hash = columns["key_hash"][i] & 0xFFFFFFFF
-        if flt.keeps(key_hash, source.encode()):
+        if flt.keeps(key_hash, source.encode(), ord(columns["op"][i])):
             events.append(
                 wire.encode_event(
                     wire.RawEvent(

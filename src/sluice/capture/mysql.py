@@ -20,7 +20,7 @@ from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource
 from sluice.capture.tables import TableDecoder
 from sluice.capture.url import parse_source_url
 from sluice.core import wire
-from sluice.core.names import source_name
+from sluice.core.names import source_name, truncated_table
 from sluice.core.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
 from sluice.errors import (
     DecodeError,
@@ -232,7 +232,8 @@ class MySQLCapture:
     def _query(self, txn: _Transaction, scn: int, timestamp: int, body: bytes) -> _Transaction:
         status_len = int.from_bytes(body[11:13], "little")
         db_len = body[8]
-        query = body[13 + status_len + db_len + 1 :].strip().upper()
+        text = body[13 + status_len + db_len + 1 :].strip()
+        query = text.upper()
         if query == b"BEGIN":
             return _Transaction(open=True)
         if query == b"COMMIT":
@@ -241,8 +242,20 @@ class MySQLCapture:
         if query == b"ROLLBACK":
             return _Transaction()
         if not txn.open:  # a standalone statement (DDL): a transaction boundary without rows
+            truncated = truncated_table(text, body[13 + status_len : 13 + status_len + db_len])
+            if truncated is not None and truncated in self._tables:
+                self._truncate(truncated, scn, timestamp)
             self._advance(scn)
         return txn
+
+    def _truncate(self, source: str, scn: int, timestamp: int) -> None:
+        """``TRUNCATE TABLE``: one ``t`` event (no key, no images) in a window of its own."""
+        versions = self._registry.versions(source) if source in self._registry.sources() else []
+        version = versions[-1].version if versions else 0
+        event = wire.encode_event(wire.RawEvent(source, "t", version, 0, b""))
+        self._sink(CapturedWindow(scn, timestamp * 1000, [event]))
+        self.stats.windows += 1
+        self.stats.events += 1
 
     def _table_map(self, body: bytes) -> None:
         table_id = int.from_bytes(body[:6], "little")

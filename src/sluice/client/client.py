@@ -341,7 +341,7 @@ class AsyncClient:
         except SluiceError:
             pass
         # An unknown schema version: fetch the sources' schemas, then decode again.
-        for source in {raw.source for raw in decode_events(record)}:
+        for source in {raw.source for raw in decode_events(record) if raw.op != "t"}:
             for schema in await conn.schemas(source):
                 self.registry.add(schema)
         return self._decoder(record, self._codec)

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Op = Literal["c", "u", "d", "r"]
-OPS: tuple[Op, ...] = ("c", "u", "d", "r")
+# c(reate), u(pdate), d(elete), r(ead: a snapshot row), t(runcate: every row of the source
+# is gone; no key, no images, an empty payload)
+Op = Literal["c", "u", "d", "r", "t"]
+OPS: tuple[Op, ...] = ("c", "u", "d", "r", "t")
+TRUNCATE = ord("t")
 
 JsonRow = dict[str, Any]
 

@@ -87,3 +87,22 @@ def folder_name(source: str) -> str:
 def schemas_path(source: str) -> str:
     """The HTTP path of a source's schemas (names may hold ``/``, ``#``, ``%``...)."""
     return "/schemas/" + quote(source, safe="")
+
+
+_TRUNCATE = re.compile(
+    rb"^\s*TRUNCATE\s+(?:TABLE\s+)?((?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+)(?:\s*\.\s*(?:`(?:[^`]|``)+`|[A-Za-z0-9_$]+))?)\s*;?\s*$",
+    re.IGNORECASE,
+)
+
+
+def truncated_table(statement: bytes, default_db: bytes) -> str | None:
+    """The source a ``TRUNCATE [TABLE] [db.]table`` statement empties (canonical), else None.
+    ``default_db``: the statement's current database (the binlog event names it)."""
+    match = _TRUNCATE.match(statement)
+    if match is None:
+        return None
+    name = re.sub(rb"\s*\.\s*(?=`|[A-Za-z0-9_$])", b".", match.group(1)).decode()
+    try:
+        return canonical_source(name)
+    except ConfigError:
+        return canonical_source(f"{quote_part(default_db.decode())}.{name}")

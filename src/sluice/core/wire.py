@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from sluice.core.event import OPS, Op
+from sluice.core.event import OPS, TRUNCATE, Op
 from sluice.errors import DecodeError
 
 WINDOW_MAGIC = b"SLW1"
@@ -117,14 +117,14 @@ def window_is_valid(data: bytes | bytearray | memoryview, offset: int, limit: in
     return bool(expect == crc)
 
 
-def iter_event_spans(window: bytes | memoryview) -> Iterator[tuple[int, int, int, bytes]]:
-    """``(start, end, key_hash, source)`` of each event record, reading headers only."""
+def iter_event_spans(window: bytes | memoryview) -> Iterator[tuple[int, int, int, bytes, int]]:
+    """``(start, end, key_hash, source, op)`` of each event record, reading headers only."""
     header = read_window_header(window)
     pos = WINDOW_HEADER_SIZE
     for _ in range(header.n_events):
-        size, key_hash, _op, src_len, _version = EVENT_HEADER.unpack_from(window, pos)
+        size, key_hash, op, src_len, _version = EVENT_HEADER.unpack_from(window, pos)
         start = pos + EVENT_HEADER_SIZE
-        yield pos, pos + size, key_hash, bytes(window[start : start + src_len])
+        yield pos, pos + size, key_hash, bytes(window[start : start + src_len]), op
         pos += size
 
 
@@ -162,10 +162,10 @@ class Filter:
     def is_open(self) -> bool:
         return self.sources is None and self.partition is None
 
-    def keeps(self, key_hash: int, source: bytes) -> bool:
+    def keeps(self, key_hash: int, source: bytes, op: int = 0) -> bool:
         if self.sources is not None and source not in self.sources:
             return False
-        if self.partition is not None:
+        if self.partition is not None and op != TRUNCATE:  # a truncate concerns every key
             index, count = self.partition
             return key_hash % count == index
         return True
@@ -176,7 +176,9 @@ def count_events(window: bytes | memoryview, flt: Filter) -> int:
     if flt.is_open:
         return read_window_header(window).n_events
     return sum(
-        1 for _s, _e, key_hash, source in iter_event_spans(window) if flt.keeps(key_hash, source)
+        1
+        for _s, _e, key_hash, source, op in iter_event_spans(window)
+        if flt.keeps(key_hash, source, op)
     )
 
 
@@ -200,7 +202,7 @@ def filter_window(window: bytes, flt: Filter) -> bytes | None:
     if flt.is_open:
         return window
     spans = list(iter_event_spans(window))
-    kept = [(s, e) for s, e, key_hash, source in spans if flt.keeps(key_hash, source)]
+    kept = [(s, e) for s, e, key_hash, source, op in spans if flt.keeps(key_hash, source, op)]
     if not kept:
         return None
     if len(kept) == len(spans):

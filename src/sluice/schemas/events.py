@@ -16,7 +16,11 @@ def decode_window(record: bytes, codec_for: CodecLookup) -> Window:
     header = wire.read_window_header(record)
     events = []
     for raw in wire.decode_events(record):
-        key, before, after = codec_for(raw.source, raw.schema_version).decode_event(raw.payload)
+        if raw.op == "t":  # a truncate: no key, no images
+            key = before = after = None
+        else:
+            codec = codec_for(raw.source, raw.schema_version)
+            key, before, after = codec.decode_event(raw.payload)
         events.append(
             Event(
                 scn=header.scn,
@@ -38,7 +42,10 @@ def window_json(record: bytes, codec_for: CodecLookup) -> JsonWindow:
     scn, ts = f'{{"scn": {header.scn}, "source": ', f', "ts_ms": {header.ts_ms}, "schema_version": '
     lines = []
     for raw in wire.decode_events(record):
-        key, before, after = codec_for(raw.source, raw.schema_version).decode_text(raw.payload)
+        if raw.op == "t":
+            key = before = after = "null"
+        else:
+            key, before, after = codec_for(raw.source, raw.schema_version).decode_text(raw.payload)
         lines.append(
             f'{scn}{_source_text(raw.source)}, "op": "{raw.op}", "key": {key}, '
             f'"before": {before}, "after": {after}{ts}{raw.schema_version}}}'

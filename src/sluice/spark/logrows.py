@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from sluice.core import wire
-from sluice.core.event import OPS
+from sluice.core.event import OPS, TRUNCATE
 from sluice.errors import DecodeError
 from sluice.schemas import RowCodec
 from sluice.spark.rows import GENERIC_ARROW, RAW_ARROW
@@ -25,6 +25,10 @@ _OPS = {ord(op): op for op in OPS}
 _HEADER = wire.EVENT_HEADER.unpack_from
 _HS = wire.EVENT_HEADER_SIZE
 _WS = wire.WINDOW_HEADER_SIZE
+
+
+def _no_key(_payload: bytes) -> str:
+    return "null"
 
 
 class LogRows:
@@ -71,7 +75,11 @@ class LogRows:
             payload = record[start + src_len : pos + size]
             if op not in ops or size < _HS + src_len:
                 raise DecodeError(f"corrupt event record in window {header.scn}", scn=header.scn)
-            found = lookups.get((name, version)) or self._lookup(name, version, codec_for)
+            found: tuple[str, Callable[[bytes], str]]
+            if op == TRUNCATE:
+                found = (name.decode(), _no_key)
+            else:
+                found = lookups.get((name, version)) or self._lookup(name, version, codec_for)
             key = found[1](payload)
             sources.append(found[0])
             op_list.append(ops[op])

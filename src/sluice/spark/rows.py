@@ -57,10 +57,13 @@ class GenericRows:
         header = wire.read_window_header(record)
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
         for seq, raw in enumerate(wire.decode_events(record)):
-            codec = codec_for(raw.source, raw.schema_version)
-            if self.images:
+            if raw.op == "t":
+                key, before, after = "null", "null", "null"
+            elif self.images:
+                codec = codec_for(raw.source, raw.schema_version)
                 key, before, after = codec.decode_text(raw.payload, canonical_key=True)
             else:
+                codec = codec_for(raw.source, raw.schema_version)
                 key, before, after = codec.payload_key(raw.payload), "null", "null"
             values: list[Any] = [
                 header.scn,
@@ -187,7 +190,10 @@ class TypedRows:
         header = wire.read_window_header(record)
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
         for raw in wire.decode_events(record):
-            before, after = codec_for(raw.source, raw.schema_version).decode(raw.payload)
+            if raw.op == "t":
+                before, after = None, None  # a row of nulls with _op "t"
+            else:
+                before, after = codec_for(raw.source, raw.schema_version).decode(raw.payload)
             row = after if after is not None else before or {}
             for i, col in enumerate(self.columns_def):
                 value = row.get(col.name)

@@ -55,6 +55,9 @@ class ReplicaConsumer(BaseConsumer):
         with self._lock:
             for event in self._pending:
                 table = self.rows.setdefault(event.source, {})
+                if event.op == "t":  # every row of the source is gone
+                    table.clear()
+                    continue
                 key = key_text(event.key)
                 if event.op == "d":
                     table.pop(key, None)

@@ -88,6 +88,10 @@ class _Table:
             ]
         return [self._frame(_U, b"".join((b"\x02", before, b"\x02", after)), key)]
 
+    def truncate_event(self) -> bytes:
+        size = _EVENT_FIXED + len(self.name)
+        return b"".join((_EVENT_HEADER(size, 0, _T, len(self.name), self.version), self.name))
+
     def _frame(self, op: int, payload: bytes, key: str | None) -> bytes:
         hashed = crc32(key.encode() if key is not None else payload)
         size = _EVENT_FIXED + len(self.name) + len(payload)
@@ -142,7 +146,7 @@ class _Table:
 
 _EVENT_HEADER = wire.EVENT_HEADER.pack
 _EVENT_FIXED = wire.EVENT_HEADER_SIZE
-_C, _U, _D = ord("c"), ord("u"), ord("d")
+_C, _U, _D, _T = ord("c"), ord("u"), ord("d"), ord("t")
 _CHANGES = frozenset(b"IUD")
 
 
@@ -293,7 +297,10 @@ class PostgresCapture:
                     except DecodeError as exc:
                         self._undecodable(exc, table, events, stopped, message.data_start)
             elif isinstance(parsed, pgoutput.Truncate):
-                pass  # TRUNCATE as an event (op t) is not done yet
+                for relid in parsed.relids:  # every row of the table is gone: one t event
+                    table = self._relations.get(relid)
+                    if table is not None and table.source not in stopped:
+                        events.append(table.truncate_event())
             elif isinstance(parsed, pgoutput.Commit):
                 self._commit(parsed, events)
                 events = []
