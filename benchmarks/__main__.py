@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from benchmarks import capture, latency, pg_capture, report, serving, spark_path
+from benchmarks import capture, latency, pg_capture, pg_latency, report, serving, spark_path
 
 
 def main() -> int:
@@ -13,6 +13,8 @@ def main() -> int:
     capture.run()
     print("\n== PostgreSQL capture: rows/s over the same WAL ==")
     pg_capture.run()
+    print("\n== PostgreSQL latency: commit to consumer at 100 commits/s ==")
+    pg_latency.run()
     print("\n== end to end and serving ==")
     serving.run()
     print("\n== latency: commit to consumer at 100 commits/s ==")

@@ -66,6 +66,8 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
         ("insert_1_per_txn", "PostgreSQL capture, single-row txns >= 3x psycopg2 (issue 10)"),
     ):
         add(label, pg.get(workload, {}).get("ratio_vs_psycopg2"), 3)
+    pg_p99 = _load("pg_latency").get("sluice_relay_client", {}).get("p99_ms")
+    add("PostgreSQL latency p99 <= 25 ms (issue 10)", pg_p99, 25.000001, below=True, unit=" ms")
     return rows
 
 
@@ -136,6 +138,27 @@ def render() -> str:
     pg = _load("pg_capture")
     if pg:
         parts += ["", _md(_pg_rows(pg))]
+    pg_lat = _load("pg_latency")
+    if pg_lat:
+        ours, base = pg_lat["sluice_relay_client"], pg_lat["psycopg2_direct"]
+        parts += [
+            "",
+            _md(
+                [
+                    (
+                        f"PostgreSQL latency at {pg_lat['commits_per_s']} commits/s",
+                        "p50",
+                        "p99",
+                        "max",
+                    ),
+                    (
+                        "Sluice relay -> client",
+                        *(f"{ours[k]} ms" for k in ("p50_ms", "p99_ms", "max_ms")),
+                    ),
+                    ("psycopg2 direct", *(f"{base[k]} ms" for k in ("p50_ms", "p99_ms", "max_ms"))),
+                ]
+            ),
+        ]
     if srv:
         e2e, s = srv["end_to_end"], srv["serving"]
         one, fifty = s["clients_1"], s["clients_50"]

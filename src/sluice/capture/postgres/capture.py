@@ -170,6 +170,7 @@ class PostgresCapture:
         self._persisted = 0  # written by the relay's loop, read by the thread
         self._delivered = 0  # the newest window handed to the sink
         self._details_at = 0.0
+        self._asked_at = 0.0
         self._relations: dict[int, _Table | None] = {}
         self._meta: Any = None
 
@@ -327,8 +328,12 @@ class PostgresCapture:
         target = self._persisted
         if idle and self._persisted >= self._delivered:
             target = max(target, self.stats.last_scn)
-        if target > confirmed or idle:
-            cur.send_feedback(flush_lsn=max(target, confirmed), reply=idle)
+        # Ask for a keepalive at most once a second: its answer wakes this loop again.
+        ask = idle and time.monotonic() - self._asked_at >= 1.0
+        if target > confirmed or ask:
+            cur.send_feedback(flush_lsn=max(target, confirmed), reply=ask)
+            if ask:
+                self._asked_at = time.monotonic()
         return max(target, confirmed)
 
     def _slot_details(self, confirmed: int) -> None:
