@@ -5,6 +5,7 @@ up to what the relay persisted, and clear errors for a server that is not set up
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from sluice.errors import SluiceError
 from sluice.relay import RelayConfig
 from sluice.testing import RecordingConsumer, RelayThread, ReplicaConsumer
 from sluice.testing.postgres import PrivatePostgres
-from tests.integration.support import consume, get_json, wait_for
+from tests.integration.support import SLUICE, consume, get_json, wait_for
 
 
 def _config(
@@ -120,6 +121,25 @@ def test_types_map_to_their_json_values(
         _caught_up(relay.url, conn)
         replica = ReplicaConsumer()
         consume(relay.url, replica, since_scn=start)
+        captured = get_json(relay.url + "/schemas/public.typed")["versions"][-1]
+    # `sluice schema generate` gives the schema capture registered.
+    generated = subprocess.run(
+        [
+            *SLUICE,
+            "schema",
+            "generate",
+            "--source",
+            postgres.source_url(pg_database),
+            "--table",
+            "public.typed",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert generated.returncode == 0, generated.stderr
+    assert json.loads(generated.stdout) == captured
     rows = replica.snapshot("public.typed")
     assert rows['{"id":9007199254740993}'] == {
         "id": 9007199254740993,

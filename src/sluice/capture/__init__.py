@@ -6,6 +6,7 @@ from sluice.capture.source import (
     CaptureSettings,
     CaptureSource,
     CaptureStats,
+    describe,
     known_schemes,
     open_capture,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "CaptureStats",
     "CapturedWindow",
     "SourceUrl",
+    "describe",
     "known_schemes",
     "open_capture",
     "parse_source_url",

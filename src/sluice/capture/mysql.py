@@ -15,6 +15,7 @@ import pymysql
 from sluice.capture.binlog import constants as t
 from sluice.capture.binlog.protocol import BinlogStream, ConnectParams, LogPositionError
 from sluice.capture.binlog.tablemap import parse_table_map
+from sluice.capture.describe import describe_table
 from sluice.capture.metadata import ServerInfo, check_server, column_info, end_scn
 from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
 from sluice.capture.tables import TableDecoder
@@ -29,7 +30,7 @@ from sluice.errors import (
     SourceError,
     WindowTooLarge,
 )
-from sluice.schemas import SchemaRegistry
+from sluice.schemas import SchemaRegistry, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,15 @@ class _Transaction:
     size: int = 0
 
 
-def open_mysql(url: str, settings: CaptureSettings) -> CaptureSource:
+def describe(url: str, source: str) -> TableSchema:
+    conn = parse_source_url(url).params().connect()
+    try:
+        return describe_table(conn, source)
+    finally:
+        conn.close()
+
+
+def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
     """The ``CaptureSource`` of a ``mysql://`` or ``mariadb://`` URL."""
     return MySQLCapture(
         parse_source_url(url).params(),

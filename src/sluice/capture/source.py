@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from sluice.errors import ConfigError, SluiceError
-from sluice.schemas import SchemaRegistry
+from sluice.schemas import SchemaRegistry, TableSchema
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +90,14 @@ class CaptureSource(Protocol):
         ...
 
 
-# scheme -> "module:factory"; a factory is ``(url, settings) -> CaptureSource``. Imported on
-# demand, so a source kind's driver is only needed when it is used.
+# scheme -> the module of a source kind, imported on demand (a kind's driver is needed only
+# when it is used). A kind module has ``open_capture(url, settings) -> CaptureSource`` and
+# ``describe(url, source) -> TableSchema``.
 _KINDS = {
-    "mysql": "sluice.capture.mysql:open_mysql",
-    "mariadb": "sluice.capture.mysql:open_mysql",
-    "postgresql": "sluice.capture.postgres.capture:open_postgres",
-    "postgres": "sluice.capture.postgres.capture:open_postgres",
+    "mysql": "sluice.capture.mysql",
+    "mariadb": "sluice.capture.mysql",
+    "postgresql": "sluice.capture.postgres.capture",
+    "postgres": "sluice.capture.postgres.capture",
 }
 
 
@@ -104,22 +105,30 @@ def known_schemes() -> tuple[str, ...]:
     return tuple(_KINDS)
 
 
-def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
-    """The capture of the source ``url`` names, by its scheme."""
+def _kind(url: str) -> Any:
     scheme = urlsplit(url).scheme.lower()
-    target = _KINDS.get(scheme)
-    if target is None:
+    module = _KINDS.get(scheme)
+    if module is None:
         raise ConfigError(
             f"unknown source scheme {scheme or '(none)'!r}: Sluice captures "
             + ", ".join(f"{s}://" for s in _KINDS)
         )
-    module, _, factory = target.partition(":")
     try:
-        loaded = importlib.import_module(module)
+        return importlib.import_module(module)
     except ImportError as exc:
         raise ConfigError(
             f"{scheme}:// sources need a driver that is not installed ({exc.name}): "
             "pip install 'sluice[postgres]'"
         ) from None
-    opened: CaptureSource = getattr(loaded, factory)(url, settings)
+
+
+def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
+    """The capture of the source ``url`` names, by its scheme."""
+    opened: CaptureSource = _kind(url).open_capture(url, settings)
     return opened
+
+
+def describe(url: str, source: str) -> TableSchema:
+    """The schema a capture of ``source`` would register now (``sluice schema generate``)."""
+    schema: TableSchema = _kind(url).describe(url, source)
+    return schema

@@ -28,15 +28,22 @@ from sluice.capture.postgres.setup import (
     not_null,
     parse_pg_url,
     primary_key,
+    quoted_table,
     type_name,
 )
 from sluice.capture.postgres.transcode import Slow, build_row_transcoder
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
 from sluice.core import wire
-from sluice.core.names import source_name
-from sluice.errors import DecodeError, SluiceError, SourceConnectionError, SourceError
-from sluice.schemas import Column, RowCodec
+from sluice.core.names import source_name, split_source
+from sluice.errors import (
+    DecodeError,
+    SluiceError,
+    SourceConnectionError,
+    SourceError,
+    SourceSetupError,
+)
+from sluice.schemas import Column, RowCodec, TableSchema
 
 log = logging.getLogger(__name__)
 UNCHANGED_TOAST = "__sluice_unchanged_toast__"
@@ -150,8 +157,42 @@ _C, _U, _D, _T = ord("c"), ord("u"), ord("d"), ord("t")
 _CHANGES = frozenset(b"IUD")
 
 
-def open_postgres(url: str, settings: CaptureSettings) -> CaptureSource:
+def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
     return PostgresCapture(parse_pg_url(url), settings)
+
+
+def describe(url: str, source: str) -> TableSchema:
+    """The schema capture registers for ``source`` (as from its Relation message)."""
+    parsed = parse_pg_url(url)
+    conn = connect(parsed)
+    conn.autocommit = True
+    try:
+        namespace, table = split_source(source)
+        columns = table_columns(conn, namespace, table)
+        if not columns:
+            raise SourceSetupError(f"unknown table {source!r} in database {parsed.dbname}")
+        return TableSchema(source, 1, tuple(columns), primary_key(conn, namespace, table))
+    finally:
+        conn.close()
+
+
+def table_columns(conn: Any, namespace: str, table: str) -> list[Column]:
+    """The columns as capture sees them: kinds by type, only key columns never null."""
+    required = not_null(conn, namespace, table)
+    key = primary_key(conn, namespace, table)
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = "
+            "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (quoted_table(namespace, table),),
+        )
+        rows = cur.fetchall()
+    out = []
+    for name, oid, typmod in rows:
+        kind, _convert = column_kind(int(oid))
+        nullable = name not in required or name not in key
+        out.append(Column(str(name), kind, nullable, type_name(conn, int(oid), int(typmod))))
+    return out
 
 
 class PostgresCapture:

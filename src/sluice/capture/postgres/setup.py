@@ -113,6 +113,10 @@ def check_server(conn: Any, url: PgUrl, tables: tuple[str, ...]) -> int:
     return int(_one(conn, "SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn"))
 
 
+def quoted_table(namespace: str, table: str) -> str:
+    return _quoted(source_name(namespace, table))
+
+
 def _quoted(source: str) -> str:
     schema, table = split_source(source)
     return '"{}"."{}"'.format(schema.replace('"', '""'), table.replace('"', '""'))
