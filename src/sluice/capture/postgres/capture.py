@@ -15,7 +15,6 @@ import select
 import threading
 import time
 from typing import Any
-from zlib import crc32
 
 import psycopg2
 import psycopg2.extras
@@ -28,10 +27,10 @@ from sluice.capture.postgres.setup import (
     not_null,
     parse_pg_url,
     primary_key,
-    quoted_table,
     type_name,
 )
-from sluice.capture.postgres.transcode import Slow, build_row_transcoder
+from sluice.capture.postgres.tables import CHANGE_TAGS, OP_C, OP_D, OP_U, PgTable, table_columns
+from sluice.capture.postgres.transcode import Slow
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
 from sluice.core import wire
@@ -43,118 +42,14 @@ from sluice.errors import (
     SourceError,
     SourceSetupError,
 )
-from sluice.schemas import Column, RowCodec, TableSchema
+from sluice.schemas import Column, TableSchema
 
 log = logging.getLogger(__name__)
-UNCHANGED_TOAST = "__sluice_unchanged_toast__"
 
 
 class _PgInfo:
     def __init__(self, end_scn: int) -> None:
         self.end_scn = end_scn
-
-
-class _Table:
-    """A relation as the last Relation message described it: its codec and converters."""
-
-    def __init__(self, source: str, codec: RowCodec, converters: list[Any]) -> None:
-        self.source = source
-        self.codec = codec
-        self.converters = converters
-        self.name = source.encode()
-        self.version = codec.schema.version
-        self._encode = codec.encode
-        self._key = codec.key_text
-        schema = codec.schema
-        self._row = build_row_transcoder(schema.columns, schema.primary_key, converters)
-
-    def fast(self, tag: int, data: bytes) -> list[bytes]:
-        """The wire events of an Insert/Update/Delete message, by the generated transcoder
-        (raises ``Slow`` where the slow path must decide)."""
-        row = self._row
-        if tag == 73:  # I: relid, 'N', new tuple
-            after, key, _ = row(data, 6)
-            return [self._frame(_C, b"\x00\x02" + after, key)]
-        if tag == 68:  # D: relid, 'K'/'O', old tuple
-            old, key, _ = row(data, 6)
-            return [self._frame(_D, b"\x02" + old + b"\x00", key)]
-        pos: int = 5
-        before: bytes | None = None
-        old_key: str | None = None
-        if data[5] in (75, 79):  # 'K' or 'O': the old key or row
-            before, old_key, pos = row(data, 6)
-        if data[pos] != 78:  # 'N'
-            raise Slow
-        after, key, _ = row(data, pos + 1)
-        if before is None:
-            return [self._frame(_U, b"\x00\x02" + after, key)]
-        if old_key != key:  # a primary key change: delete the old key, insert the new one
-            return [
-                self._frame(_D, b"\x02" + before + b"\x00", old_key),
-                self._frame(_C, b"\x00\x02" + after, key),
-            ]
-        return [self._frame(_U, b"".join((b"\x02", before, b"\x02", after)), key)]
-
-    def truncate_event(self) -> bytes:
-        size = _EVENT_FIXED + len(self.name)
-        return b"".join((_EVENT_HEADER(size, 0, _T, len(self.name), self.version), self.name))
-
-    def _frame(self, op: int, payload: bytes, key: str | None) -> bytes:
-        hashed = crc32(key.encode() if key is not None else payload)
-        size = _EVENT_FIXED + len(self.name) + len(payload)
-        return b"".join(
-            (_EVENT_HEADER(size, hashed, op, len(self.name), self.version), self.name, payload)
-        )
-
-    def values(self, raw: pgoutput.Tuple, what: str) -> list[Any]:
-        if pgoutput.UNCHANGED not in raw:
-            try:
-                return [
-                    None if v is None else c(v) for c, v in zip(self.converters, raw, strict=True)
-                ]
-            except (ValueError, OverflowError):
-                pass  # find and name the column below
-        return self._slow_values(raw, what)
-
-    def _slow_values(self, raw: pgoutput.Tuple, what: str) -> list[Any]:
-        out: list[Any] = []
-        for col, convert, value in zip(
-            self.codec.schema.columns, self.converters, raw, strict=True
-        ):
-            if value is None:
-                out.append(None)
-            elif value is pgoutput.UNCHANGED:
-                if col.kind not in ("string", "json"):
-                    raise DecodeError(
-                        f"{self.source}.{col.name}: the server did not send this unchanged "
-                        f"TOASTed value ({what}); set REPLICA IDENTITY FULL on the table",
-                        source=self.source,
-                    )
-                out.append(UNCHANGED_TOAST)
-            else:
-                try:
-                    out.append(convert(value))
-                except (ValueError, OverflowError) as exc:
-                    raise DecodeError(
-                        f"cannot decode column {col.name!r} ({col.mysql_type}) of "
-                        f"{self.source}: {str(value)[:40]!r} ({exc})",
-                        source=self.source,
-                    ) from None
-        return out
-
-    def event(self, op: int, before: list[Any] | None, after: list[Any] | None) -> bytes:
-        payload = self._encode(before, after)
-        key = self._key(after if after is not None else before or [])
-        hashed = crc32(key.encode() if key is not None else payload)
-        size = _EVENT_FIXED + len(self.name) + len(payload)
-        head = _EVENT_HEADER(size, hashed, op, len(self.name), self.version)
-        return b"".join((head, self.name, payload))
-
-
-_EVENT_HEADER = wire.EVENT_HEADER.pack
-_EVENT_FIXED = wire.EVENT_HEADER_SIZE
-_C, _U, _D, _T = ord("c"), ord("u"), ord("d"), ord("t")
-_CHANGES = frozenset(b"IUD")
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
@@ -176,25 +71,6 @@ def describe(url: str, source: str) -> TableSchema:
         conn.close()
 
 
-def table_columns(conn: Any, namespace: str, table: str) -> list[Column]:
-    """The columns as capture sees them: kinds by type, only key columns never null."""
-    required = not_null(conn, namespace, table)
-    key = primary_key(conn, namespace, table)
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = "
-            "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (quoted_table(namespace, table),),
-        )
-        rows = cur.fetchall()
-    out = []
-    for name, oid, typmod in rows:
-        kind, _convert = column_kind(int(oid))
-        nullable = name not in required or name not in key
-        out.append(Column(str(name), kind, nullable, type_name(conn, int(oid), int(typmod))))
-    return out
-
-
 class PostgresCapture:
     """A ``CaptureSource`` over a logical replication slot (which cannot go back: not
     ``rereadable``)."""
@@ -212,7 +88,7 @@ class PostgresCapture:
         self._delivered = 0  # the newest window handed to the sink
         self._details_at = 0.0
         self._asked_at = 0.0
-        self._relations: dict[int, _Table | None] = {}
+        self._relations: dict[int, PgTable | None] = {}
         self._meta: Any = None
 
     # -- CaptureSource -----------------------------------------------------------------------
@@ -320,7 +196,7 @@ class PostgresCapture:
                 continue
             self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
             payload = message.payload
-            if payload[0] in _CHANGES:
+            if payload[0] in CHANGE_TAGS:
                 table = self._relations.get(int.from_bytes(payload[1:5], "big"))
                 if table is not None and table.source not in stopped:
                     try:
@@ -401,7 +277,7 @@ class PostgresCapture:
                 retained_wal_bytes=retained,
             )
 
-    def _describe(self, relation: pgoutput.Relation) -> _Table | None:
+    def _describe(self, relation: pgoutput.Relation) -> PgTable | None:
         source = source_name(relation.namespace, relation.name)
         if source not in self._tables:
             return None
@@ -424,9 +300,9 @@ class PostgresCapture:
             )
         registry = self.settings.registry
         schema = registry.register(source, tuple(columns), key)
-        return _Table(source, registry.codec(source, schema.version), converters)
+        return PgTable(source, registry.codec(source, schema.version), converters)
 
-    def _fast_or_slow(self, table: _Table, payload: bytes) -> list[bytes]:
+    def _fast_or_slow(self, table: PgTable, payload: bytes) -> list[bytes]:
         try:
             return table.fast(payload[0], payload)
         except (Slow, ValueError, IndexError, OverflowError, UnicodeDecodeError):
@@ -434,20 +310,20 @@ class PostgresCapture:
             assert isinstance(parsed, pgoutput.Change)
             return self._change(table, parsed)
 
-    def _change(self, table: _Table, change: pgoutput.Change) -> list[bytes]:
+    def _change(self, table: PgTable, change: pgoutput.Change) -> list[bytes]:
         old = None if change.old is None else table.values(change.old, "old row")
         new = None if change.new is None else table.values(change.new, "new row")
         if change.op == "I":
-            return [table.event(_C, None, new)]
+            return [table.event(OP_C, None, new)]
         if change.op == "D":
-            return [table.event(_D, old, None)]
+            return [table.event(OP_D, old, None)]
         assert new is not None
         if old is not None and table.codec.key_text(old) != table.codec.key_text(new):
-            return [table.event(_D, old, None), table.event(_C, None, new)]
-        return [table.event(_U, old, new)]
+            return [table.event(OP_D, old, None), table.event(OP_C, None, new)]
+        return [table.event(OP_U, old, new)]
 
     def _undecodable(
-        self, exc: DecodeError, table: _Table, events: list[bytes], stopped: Any, at: int
+        self, exc: DecodeError, table: PgTable, events: list[bytes], stopped: Any, at: int
     ) -> None:
         message = f"{exc} (WAL position {_lsn(at)})"
         if self.settings.on_decode_error == "skip":

@@ -1,0 +1,140 @@
+"""A PostgreSQL relation as capture knows it: its schema version's codec, the converters of
+its columns' text forms, and the generated transcoder; and its columns read from the
+catalog (``sluice schema generate``)."""
+
+from __future__ import annotations
+
+from typing import Any
+from zlib import crc32
+
+from sluice.capture.postgres import pgoutput
+from sluice.capture.postgres.setup import not_null, primary_key, quoted_table, type_name
+from sluice.capture.postgres.transcode import Slow, build_row_transcoder
+from sluice.capture.postgres.types import column_kind
+from sluice.core import wire
+from sluice.errors import DecodeError
+from sluice.schemas import Column, RowCodec
+
+UNCHANGED_TOAST = "__sluice_unchanged_toast__"
+
+
+class PgTable:
+    """A relation as the last Relation message described it: its codec and converters."""
+
+    def __init__(self, source: str, codec: RowCodec, converters: list[Any]) -> None:
+        self.source = source
+        self.codec = codec
+        self.converters = converters
+        self.name = source.encode()
+        self.version = codec.schema.version
+        self._encode = codec.encode
+        self._key = codec.key_text
+        schema = codec.schema
+        self._row = build_row_transcoder(schema.columns, schema.primary_key, converters)
+
+    def fast(self, tag: int, data: bytes) -> list[bytes]:
+        """The wire events of an Insert/Update/Delete message, by the generated transcoder
+        (raises ``Slow`` where the slow path must decide)."""
+        row = self._row
+        if tag == 73:  # I: relid, 'N', new tuple
+            after, key, _ = row(data, 6)
+            return [self._frame(OP_C, b"\x00\x02" + after, key)]
+        if tag == 68:  # D: relid, 'K'/'O', old tuple
+            old, key, _ = row(data, 6)
+            return [self._frame(OP_D, b"\x02" + old + b"\x00", key)]
+        pos: int = 5
+        before: bytes | None = None
+        old_key: str | None = None
+        if data[5] in (75, 79):  # 'K' or 'O': the old key or row
+            before, old_key, pos = row(data, 6)
+        if data[pos] != 78:  # 'N'
+            raise Slow
+        after, key, _ = row(data, pos + 1)
+        if before is None:
+            return [self._frame(OP_U, b"\x00\x02" + after, key)]
+        if old_key != key:  # a primary key change: delete the old key, insert the new one
+            return [
+                self._frame(OP_D, b"\x02" + before + b"\x00", old_key),
+                self._frame(OP_C, b"\x00\x02" + after, key),
+            ]
+        return [self._frame(OP_U, b"".join((b"\x02", before, b"\x02", after)), key)]
+
+    def truncate_event(self) -> bytes:
+        size = _EVENT_FIXED + len(self.name)
+        return b"".join((_EVENT_HEADER(size, 0, OP_T, len(self.name), self.version), self.name))
+
+    def _frame(self, op: int, payload: bytes, key: str | None) -> bytes:
+        hashed = crc32(key.encode() if key is not None else payload)
+        size = _EVENT_FIXED + len(self.name) + len(payload)
+        return b"".join(
+            (_EVENT_HEADER(size, hashed, op, len(self.name), self.version), self.name, payload)
+        )
+
+    def values(self, raw: pgoutput.Tuple, what: str) -> list[Any]:
+        if pgoutput.UNCHANGED not in raw:
+            try:
+                return [
+                    None if v is None else c(v) for c, v in zip(self.converters, raw, strict=True)
+                ]
+            except (ValueError, OverflowError):
+                pass  # find and name the column below
+        return self._slow_values(raw, what)
+
+    def _slow_values(self, raw: pgoutput.Tuple, what: str) -> list[Any]:
+        out: list[Any] = []
+        for col, convert, value in zip(
+            self.codec.schema.columns, self.converters, raw, strict=True
+        ):
+            if value is None:
+                out.append(None)
+            elif value is pgoutput.UNCHANGED:
+                if col.kind not in ("string", "json"):
+                    raise DecodeError(
+                        f"{self.source}.{col.name}: the server did not send this unchanged "
+                        f"TOASTed value ({what}); set REPLICA IDENTITY FULL on the table",
+                        source=self.source,
+                    )
+                out.append(UNCHANGED_TOAST)
+            else:
+                try:
+                    out.append(convert(value))
+                except (ValueError, OverflowError) as exc:
+                    raise DecodeError(
+                        f"cannot decode column {col.name!r} ({col.mysql_type}) of "
+                        f"{self.source}: {str(value)[:40]!r} ({exc})",
+                        source=self.source,
+                    ) from None
+        return out
+
+    def event(self, op: int, before: list[Any] | None, after: list[Any] | None) -> bytes:
+        payload = self._encode(before, after)
+        key = self._key(after if after is not None else before or [])
+        hashed = crc32(key.encode() if key is not None else payload)
+        size = _EVENT_FIXED + len(self.name) + len(payload)
+        head = _EVENT_HEADER(size, hashed, op, len(self.name), self.version)
+        return b"".join((head, self.name, payload))
+
+
+_EVENT_HEADER = wire.EVENT_HEADER.pack
+_EVENT_FIXED = wire.EVENT_HEADER_SIZE
+OP_C, OP_U, OP_D, OP_T = ord("c"), ord("u"), ord("d"), ord("t")
+CHANGE_TAGS = frozenset(b"IUD")
+
+
+def table_columns(conn: Any, namespace: str, table: str) -> list[Column]:
+    """The columns as capture sees them: kinds by type, only key columns never null."""
+    required = not_null(conn, namespace, table)
+    key = primary_key(conn, namespace, table)
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = "
+            "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+            (quoted_table(namespace, table),),
+        )
+        rows = cur.fetchall()
+    out = []
+    for name, oid, typmod in rows:
+        kind, _convert = column_kind(int(oid))
+        nullable = name not in required or name not in key
+        out.append(Column(str(name), kind, nullable, type_name(conn, int(oid), int(typmod))))
+    return out
