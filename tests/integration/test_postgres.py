@@ -105,7 +105,7 @@ def test_types_map_to_their_json_values(
             "CREATE TABLE typed (id bigint PRIMARY KEY, s smallint, i integer, n numeric(10,2), "
             "nn numeric, r real, d double precision, b boolean, t text, vc varchar(10), "
             "c char(3), by bytea, dt date, tm time, ts timestamp, tz timestamptz, j json, "
-            "jb jsonb, u uuid, iv interval)"
+            "jb jsonb, u uuid, iv interval, ai int[], at text[], an numeric[], a2 int[][])"
         )
     with RelayThread(_config(postgres, pg_database, ["public.typed"], tmp_path / "r")) as relay:
         start = get_json(relay.url + "/stats")["min_scn"]
@@ -115,7 +115,8 @@ def test_types_map_to_their_json_values(
                 "'NaN', 0.1, 'Infinity', false, 'ünï', 'x', 'ab', '\\x00ff10', '2024-02-29', "
                 "'23:59:59.999999', '2024-01-02 03:04:05.5', '2024-01-02 03:04:05+05:30', "
                 "'{\"a\": 1}', '{\"b\": [1, null]}', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', "
-                "'1 day 02:00:00')"
+                "'1 day 02:00:00', '{1,NULL,3}', '{\"a, b\",NULL,\"NULL\",\"{x}\"}', "
+                "'{1.50,NaN}', '{{1,2},{3,4}}')"
             )
             cur.execute("INSERT INTO typed (id, dt, ts) VALUES (2, 'infinity', '-infinity')")
         _caught_up(relay.url, conn)
@@ -162,6 +163,10 @@ def test_types_map_to_their_json_values(
         "jb": {"b": [1, None]},
         "u": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
         "iv": "P1DT2H",
+        "ai": [1, None, 3],
+        "at": ["a, b", None, "NULL", "{x}"],
+        "an": ["1.50", "NaN"],
+        "a2": [[1, 2], [3, 4]],
     }
     assert rows['{"id":2}']["dt"] is None and rows['{"id":2}']["ts"] is None
     conn.close()
@@ -271,7 +276,8 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
         cur.execute(
             "CREATE TABLE typed (id bigint, k text, s smallint, n numeric(10,2), r real, "
             "d double precision, b boolean, t text NOT NULL, by bytea, dt date, tm time, "
-            "ts timestamp, tz timestamptz, j jsonb, u uuid, iv interval, PRIMARY KEY (id, k))"
+            "ts timestamp, tz timestamptz, j jsonb, u uuid, iv interval, ai int[], at text[], "
+            "PRIMARY KEY (id, k))"
         )
         cur.execute("CREATE TABLE full_id (id int PRIMARY KEY, v text, w int)")
         cur.execute("ALTER TABLE full_id REPLICA IDENTITY FULL")
@@ -282,7 +288,7 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
                 "INSERT INTO typed VALUES (1, 'ä \"q\"', 7, 1.25, 1.5, -0.0, true, 'x', "
                 "'\\x', '1999-12-31', '00:00:00', '1970-01-01 00:00:00.000001', "
                 "'2038-01-19 03:14:08+00', '[]', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', "
-                "'-1 mons')"
+                "'-1 mons', '{1,NULL}', '{\"x y\",z}')"
             )
             cur.execute("INSERT INTO typed (id, k, t) VALUES (-9223372036854775808, '', '')")
             cur.execute(

@@ -16,6 +16,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sluice.capture.postgres.types import same_text
 from sluice.schemas import Column
 from sluice.schemas.avro import key_formatter
 from sluice.schemas.codegen import run_generated
@@ -111,7 +112,9 @@ def _value(
             f"p{i} = {small}[z] if z < 16384 else {prefix}_V(z)",
         ]
         return lines + ([f"k{i} = x"] if in_key else [])
-    if kind in _TEXT_KINDS:  # UTF-8 bytes as they came, behind their length
+    if (
+        kind in _TEXT_KINDS and convert is same_text
+    ):  # UTF-8 bytes as they came, behind their length
         lines = ["m = n << 1", f"p{i} = {prefix}(_S[m] if m < 16384 else _V(m)) + r"]
         return lines + ([f"k{i} = r.decode()"] if in_key else [])
     if kind == "bool":  # a long: 1 (b"\\x02") or 0

@@ -2,13 +2,15 @@
 the canonical value the schema's encoder takes (ints, str, bytes, days, micros...).
 
 Values arrive as the server's text output (``DateStyle=ISO``, ``TimeZone=UTC``, shortest
-exact floats), so each conversion is exact. Types without their own mapping yet are kept as
-their PostgreSQL text form, a string (exact, but arrays and ranges are not JSON structures).
+exact floats), so each conversion is exact. Arrays of the mapped types are JSON arrays;
+other types are kept as their PostgreSQL text form, a string.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import math
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -63,8 +65,12 @@ def _time(text: str) -> int:
     return seconds * 1_000_000 + value.microsecond
 
 
-def _same(text: str) -> str:
+def same_text(text: str) -> str:
+    """The text form as it is (texts, numerics, uuids, json)."""
     return text
+
+
+_same = same_text
 
 
 # oid -> (kind, converter)
@@ -90,3 +96,93 @@ _BY_OID: dict[int, tuple[str, Callable[[str], Any]]] = {
 def column_kind(type_oid: int) -> tuple[str, Callable[[str], Any]]:
     """``(kind, text -> canonical value)`` of a column type; other types: their text form."""
     return _BY_OID.get(type_oid, ("string", _same))
+
+
+# -- arrays: JSON arrays (nested for more dimensions, null for NULL elements) ------------------
+def _array_of(element: Callable[[str], Any]) -> Callable[[str], str]:
+    """PostgreSQL array text (``{1,2,NULL}``, ``{{"a b",c},{d,e}}``, ``[0:1]={1,2}``) -> the
+    JSON text of the array, elements converted by ``element``."""
+
+    def convert(text: str) -> str:
+        if text.startswith("["):  # explicit bounds: the elements follow "="
+            text = text[text.index("=") + 1 :]
+        value, end = _parse_array(text, 0, element)
+        if end != len(text):
+            raise ValueError(f"array text has trailing characters: {text[end:][:20]!r}")
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+    return convert
+
+
+def _parse_array(text: str, pos: int, element: Callable[[str], Any]) -> tuple[list[Any], int]:
+    if text[pos] != "{":
+        raise ValueError(f"not an array at {pos}: {text[:20]!r}")
+    pos += 1
+    out: list[Any] = []
+    if text[pos] == "}":
+        return out, pos + 1
+    while True:
+        if text[pos] == "{":
+            item, pos = _parse_array(text, pos, element)
+            out.append(item)
+        elif text[pos] == '"':
+            chars, pos = [], pos + 1
+            while text[pos] != '"':
+                if text[pos] == "\\":
+                    pos += 1
+                chars.append(text[pos])
+                pos += 1
+            out.append(element("".join(chars)))
+            pos += 1
+        else:
+            end = pos
+            while text[end] not in ",}":
+                end += 1
+            raw = text[pos:end]
+            out.append(None if raw == "NULL" else element(raw))
+            pos = end
+        if text[pos] == "}":
+            return out, pos + 1
+        pos += 1  # the comma
+
+
+def _number_or_text(kind: str) -> Callable[[str], Any]:
+    if kind == "int":
+        return int
+    if kind in ("float", "double"):
+        return _json_float
+    if kind == "bool":
+        return _bool
+    return _same  # numeric stays exact text; dates, uuids, ... their text form
+
+
+def _json_float(text: str) -> Any:
+    """A number, or its text where JSON has no number (NaN, Infinity)."""
+    value = float(text)
+    return value if math.isfinite(value) else text
+
+
+# array oid -> element oid
+_ARRAYS = {
+    1000: 16,
+    1005: 21,
+    1007: 23,
+    1016: 20,
+    1021: 700,
+    1022: 701,
+    1231: 1700,
+    1009: 25,
+    1015: 1043,
+    1014: 1042,
+    1182: 1082,
+    1183: 1083,
+    1115: 1114,
+    1185: 1184,
+    2951: 2950,
+    199: 114,
+    3807: 3802,
+    1001: 17,
+}
+for _array, _element in _ARRAYS.items():
+    _kind = _BY_OID.get(_element, ("string", _same))[0]
+    _BY_OID[_array] = ("json", _array_of(_number_or_text(_kind)))
