@@ -305,3 +305,53 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
         _caught_up(relay.url, conn)
     assert mismatches == [] and len(compared) > 450
     conn.close()
+
+
+def test_a_slot_in_use_is_refused_and_a_restarted_server_is_resumed(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE a (id int PRIMARY KEY, v text)")
+    config = _config(postgres, pg_database, ["public.a"], tmp_path / "one")
+    with RelayThread(config) as relay:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        # A second relay on the same slot: one clear line, before it serves anything.
+        second = subprocess.run(
+            [
+                *SLUICE,
+                "relay",
+                "--source",
+                postgres.source_url(pg_database),
+                "--table",
+                "public.a",
+                "--port",
+                "0",
+                "--data-dir",
+                str(tmp_path / "two"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode != 0 and "Traceback" not in second.stderr
+        assert "replication slot sluice is in use" in second.stderr
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO a VALUES (1, 'before the restart')")
+        _caught_up(relay.url, conn)
+        conn.close()
+        postgres.stop_server()  # the server goes away and comes back on the same port
+        postgres.start()
+        conn = postgres.connect(pg_database)
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO a VALUES (2, 'after the restart')")
+        wait_for(
+            lambda: get_json(relay.url + "/stats")["capture"]["reconnects"] >= 1, 60, "reconnect"
+        )
+        _caught_up(relay.url, conn)
+        replica = ReplicaConsumer()
+        consume(relay.url, replica, since_scn=start)
+    assert replica.snapshot("public.a") == _truth(conn, "a")
+    assert len(replica.snapshot("public.a")) == 2
+    conn.close()

@@ -175,7 +175,8 @@ class PrivatePostgres:
             self._proc.wait()
             self._proc = None
 
-    def stop(self) -> None:
+    def stop_server(self) -> None:
+        """Shut the server down (fast), keeping its data: ``start()`` brings it back."""
         if self._proc is not None:
             try:
                 os.killpg(self._proc.pid, signal.SIGINT)  # fast shutdown
@@ -183,6 +184,9 @@ class PrivatePostgres:
             except (subprocess.TimeoutExpired, ProcessLookupError):
                 self.kill()
             self._proc = None
+
+    def stop(self) -> None:
+        self.stop_server()
         if self._own_dir and os.environ.get("SLUICE_KEEP_POSTGRES") != "1":
             shutil.rmtree(self.base_dir, ignore_errors=True)
 

@@ -126,16 +126,15 @@ class PostgresCapture:
             try:
                 self._stream_once()
                 delay = 0.1
-            except (
-                SourceConnectionError,
-                psycopg2.OperationalError,
-                psycopg2.InterfaceError,
-            ) as exc:
+            except (SourceConnectionError, psycopg2.DatabaseError, psycopg2.InterfaceError) as exc:
+                # The server went away (a shutdown ends the COPY stream: "no COPY in
+                # progress"), or refused for now: reconnect from the last commit, with backoff.
                 if self._stop.is_set():
                     break
                 self.stats.connected = False
                 self.stats.reconnects += 1
-                log.warning("replication connection lost (%s); reconnecting in %.1f s", exc, delay)
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                log.warning("replication connection lost (%s); reconnecting in %.1f s", text, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
             except SluiceError as exc:

@@ -152,11 +152,25 @@ def _publication(conn: Any, url: PgUrl, tables: tuple[str, ...]) -> None:
 
 
 def _slot(conn: Any, url: PgUrl) -> None:
-    plugin = _one(
-        conn,
-        "SELECT plugin FROM pg_replication_slots WHERE slot_name = %s AND database = %s",
-        (url.slot, url.dbname),
-    )
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT plugin, database, active_pid FROM pg_replication_slots WHERE slot_name = %s",
+            (url.slot,),
+        )
+        found = cur.fetchone()
+    plugin = None
+    if found is not None:
+        plugin, database, active_pid = found
+        if database != url.dbname:
+            raise SourceSetupError(
+                f"replication slot {url.slot} belongs to database {database}: give this relay "
+                "its own slot (?slot=NAME in the source URL)"
+            )
+        if active_pid is not None:
+            raise SourceSetupError(
+                f"replication slot {url.slot} is in use (server process {active_pid}, another "
+                "relay?): give this relay its own slot (?slot=NAME in the source URL)"
+            )
     if plugin is not None:
         if plugin != "pgoutput":
             raise SourceSetupError(
