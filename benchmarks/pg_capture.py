@@ -5,6 +5,8 @@ the workload, so each reads exactly the same WAL."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import select
 import struct
@@ -31,7 +33,24 @@ ROWS = (
     "SELECT s + {off}, s, s * 7, 'name-' || s, repeat('x', 40), s / 100.0, s * 1.5, "
     "'2024-01-02 03:04:05', '2024-01-02', s % 100, 'some text' FROM generate_series(1, {n}) s"
 )
-READERS = ("sluice", "psycopg2 pgoutput loop", "psycopg2 wal2json loop", "pg_recvlogical wal2json")
+READERS = (
+    "sluice",
+    "psycopg2 pgoutput loop, typed values",
+    "psycopg2 pgoutput loop, text values",
+    "psycopg2 wal2json loop",
+    "pg_recvlogical wal2json",
+)
+# What a consumer makes of each column's text (python-mysql-replication, the MySQL baseline,
+# also hands out typed values): by type OID.
+_TYPED: dict[int, Any] = {
+    20: int,
+    21: int,
+    23: int,
+    1700: decimal.Decimal,
+    701: float,
+    1114: dt.datetime.fromisoformat,
+    1082: dt.date.fromisoformat,
+}
 
 
 def _load(pg: PrivatePostgres, rows: int, per_txn: int, update: bool, round_: int) -> int:
@@ -118,6 +137,46 @@ def _pgoutput_values(data: bytes, pos: int) -> tuple[list[Any], int]:
     return values, pos
 
 
+def _relation_types(data: bytes) -> list[Any]:
+    """The converters of a Relation message's columns, by type OID."""
+    pos = 5
+    for _ in range(2):  # namespace, name
+        pos = data.index(b"\0", pos) + 1
+    pos += 1  # replica identity
+    (count,) = struct.unpack_from(">h", data, pos)
+    pos += 2
+    out = []
+    for _ in range(count):
+        pos = data.index(b"\0", pos + 1) + 1  # flags, then the column's name
+        (oid,) = struct.unpack_from(">I", data, pos)
+        pos += 8
+        out.append(_TYPED.get(oid, str))
+    return out
+
+
+def _psycopg2_typed(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
+    began = time.perf_counter()
+    conn, cur = _stream(pg, slot, {"proto_version": "1", "publication_names": "bench"})
+    seen, types = 0, []
+    while seen < rows:
+        msg = cur.read_message()
+        if msg is None:
+            select.select([cur], [], [], 0.5)
+            continue
+        data = msg.payload
+        if data[:1] == b"R":
+            types = _relation_types(data)
+        elif data[:1] in (b"I", b"U"):
+            pos = 5
+            if data[pos : pos + 1] in (b"K", b"O"):
+                _old, pos = _pgoutput_values(data, pos + 1)
+            values, _ = _pgoutput_values(data, pos + 1)
+            row = [None if v is None else t(v) for t, v in zip(types, values, strict=True)]
+            seen += 1 if row else 0
+    conn.close()
+    return time.perf_counter() - began
+
+
 def _psycopg2_pgoutput(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
     began = time.perf_counter()
     conn, cur = _stream(pg, slot, {"proto_version": "1", "publication_names": "bench"})
@@ -192,7 +251,9 @@ def run(rows: int = 100_000, single: int = 5_000, repeat: int = 3) -> dict[str, 
     results: dict[str, Any] = {}
     readers = dict(
         zip(
-            READERS, (_sluice, _psycopg2_pgoutput, _psycopg2_wal2json, _pg_recvlogical), strict=True
+            READERS,
+            (_sluice, _psycopg2_typed, _psycopg2_pgoutput, _psycopg2_wal2json, _pg_recvlogical),
+            strict=True,
         )
     )
     # This build lets an output plugin load only when listed (wal2json for the C baseline).
@@ -217,8 +278,10 @@ def run(rows: int = 100_000, single: int = 5_000, repeat: int = 3) -> dict[str, 
                 label: {"rows": n, "seconds": round(min(t), 3), "rows_per_s": round(n / min(t))}
                 for label, t in runs.items()
             }
-            base = measured["psycopg2 pgoutput loop"]["rows_per_s"]
+            base = measured["psycopg2 pgoutput loop, typed values"]["rows_per_s"]
             measured["ratio_vs_psycopg2"] = round(measured["sluice"]["rows_per_s"] / base, 2)
+            text = measured["psycopg2 pgoutput loop, text values"]["rows_per_s"]
+            measured["ratio_vs_psycopg2_text"] = round(measured["sluice"]["rows_per_s"] / text, 2)
             measured["ratio_vs_pg_recvlogical"] = round(
                 measured["sluice"]["rows_per_s"]
                 / measured["pg_recvlogical wal2json"]["rows_per_s"],

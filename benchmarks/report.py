@@ -62,8 +62,11 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
     # Issue 10: PostgreSQL capture.
     pg = _load("pg_capture")
     for workload, label in (
-        ("insert_1000_per_txn", "PostgreSQL capture, 1,000-row inserts >= 3x psycopg2 (issue 10)"),
-        ("insert_1_per_txn", "PostgreSQL capture, single-row txns >= 3x psycopg2 (issue 10)"),
+        (
+            "insert_1000_per_txn",
+            "PostgreSQL capture, 1,000-row inserts >= 3x psycopg2 typed (issue 10)",
+        ),
+        ("insert_1_per_txn", "PostgreSQL capture, single-row txns >= 3x psycopg2 typed (issue 10)"),
     ):
         add(label, pg.get(workload, {}).get("ratio_vs_psycopg2"), 3)
     pg_p99 = _load("pg_latency").get("sluice_relay_client", {}).get("p99_ms")
@@ -72,12 +75,8 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
 
 
 def _pg_rows(pg: dict[str, Any]) -> list[tuple[str, ...]]:
-    readers = (
-        "sluice",
-        "psycopg2 pgoutput loop",
-        "psycopg2 wal2json loop",
-        "pg_recvlogical wal2json",
-    )
+    readers = tuple(k for k in next(iter(pg.values()), {}) if isinstance(k, str) and k != "rows")
+    readers = tuple(r for r in readers if isinstance(next(iter(pg.values()), {}).get(r), dict))
     rows: list[tuple[str, ...]] = [("PostgreSQL capture", *(f"{r} rows/s" for r in readers))]
     for workload, values in pg.items():
         if isinstance(values, dict) and "sluice" in values:
