@@ -75,12 +75,12 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
 
 
 def _pg_rows(pg: dict[str, Any]) -> list[tuple[str, ...]]:
-    readers = tuple(k for k in next(iter(pg.values()), {}) if isinstance(k, str) and k != "rows")
-    readers = tuple(r for r in readers if isinstance(next(iter(pg.values()), {}).get(r), dict))
+    workloads = {k: v for k, v in pg.items() if isinstance(v, dict) and "sluice" in v}
+    first = next(iter(workloads.values()), {})
+    readers = [r for r, v in first.items() if isinstance(v, dict) and "rows_per_s" in v]
     rows: list[tuple[str, ...]] = [("PostgreSQL capture", *(f"{r} rows/s" for r in readers))]
-    for workload, values in pg.items():
-        if isinstance(values, dict) and "sluice" in values:
-            rows.append((workload, *(_n(values[r]["rows_per_s"]) for r in readers)))
+    for workload, values in workloads.items():
+        rows.append((workload, *(_n(values[r]["rows_per_s"]) for r in readers)))
     return rows
 
 
