@@ -247,7 +247,7 @@ def _pg_recvlogical(pg: PrivatePostgres, slot: str, start: int, rows: int) -> fl
     return elapsed
 
 
-def run(rows: int = 100_000, single: int = 5_000, repeat: int = 3) -> dict[str, Any]:
+def run(rows: int = 100_000, single: int = 20_000, repeat: int = 3) -> dict[str, Any]:
     results: dict[str, Any] = {}
     readers = dict(
         zip(

@@ -27,7 +27,7 @@ from sluice.capture.postgres.setup import (
     not_null,
     parse_pg_url,
     primary_key,
-    type_name,
+    type_names,
 )
 from sluice.capture.postgres.tables import CHANGE_TAGS, OP_C, OP_D, OP_U, PgTable, table_columns
 from sluice.capture.postgres.transcode import Slow
@@ -88,6 +88,7 @@ class PostgresCapture:
         self._delivered = 0  # the newest window handed to the sink
         self._details_at = 0.0
         self._asked_at = 0.0
+        self._fed_at = 0.0
         self._relations: dict[int, PgTable | None] = {}
         self._meta: Any = None
 
@@ -244,13 +245,17 @@ class PostgresCapture:
         target = self._persisted
         if idle and self._persisted >= self._delivered:
             target = max(target, self.stats.last_scn)
-        # Ask for a keepalive at most once a second: its answer wakes this loop again.
-        ask = idle and time.monotonic() - self._asked_at >= 1.0
-        if target > confirmed or ask:
+        # Ask for a keepalive at most once a second (its answer wakes this loop again), and
+        # confirm at most twice a second: each reply costs the server work.
+        now = time.monotonic()
+        ask = idle and now - self._asked_at >= 1.0
+        if ask or (target > confirmed and now - self._fed_at >= 0.5):
             cur.send_feedback(flush_lsn=max(target, confirmed), reply=ask)
+            self._fed_at = now
             if ask:
-                self._asked_at = time.monotonic()
-        return max(target, confirmed)
+                self._asked_at = now
+            return max(target, confirmed)
+        return confirmed
 
     def _slot_details(self, confirmed: int) -> None:
         """The slot's positions for /stats, read at most every few seconds."""
@@ -283,9 +288,9 @@ class PostgresCapture:
         columns, converters = [], []
         required = not_null(self._meta, relation.namespace, relation.name)
         key = primary_key(self._meta, relation.namespace, relation.name)
-        for col in relation.columns:
+        names = type_names(self._meta, [(c.type_oid, c.typmod) for c in relation.columns])
+        for col, name in zip(relation.columns, names, strict=True):
             kind, convert = column_kind(col.type_oid)
-            name = type_name(self._meta, col.type_oid, col.typmod)
             # Only key columns are never null: a before image may hold the key alone.
             nullable = col.name not in required or col.name not in key
             columns.append(Column(col.name, kind, nullable, name))

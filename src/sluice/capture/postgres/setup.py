@@ -214,8 +214,17 @@ def not_null(conn: Any, namespace: str, table: str) -> set[str]:
         return {str(r[0]) for r in cur.fetchall()}
 
 
-def type_name(conn: Any, oid: int, typmod: int) -> str:
-    return str(_one(conn, "SELECT format_type(%s, %s)", (oid, typmod)))
+def type_names(conn: Any, types: list[tuple[int, int]]) -> list[str]:
+    """``format_type`` of each ``(oid, typmod)``, in one round trip."""
+    if not types:
+        return []
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT format_type(t.oid, t.typmod) FROM unnest(%s::oid[], %s::int[]) "
+            "WITH ORDINALITY AS t(oid, typmod, n) ORDER BY n",
+            ([oid for oid, _ in types], [typmod for _, typmod in types]),
+        )
+        return [str(r[0]) for r in cur.fetchall()]
 
 
 def _first_line(exc: BaseException) -> str:
