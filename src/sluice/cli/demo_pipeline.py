@@ -191,6 +191,7 @@ def _start_bootstrap_job(
             trigger_s=1.0,
             fold_every_s=5.0,
             seed=parse_source_url(source_url),
+            quiet=True,  # Spark's own output to its log file, not the demo's terminal
         )
     )
     thread = threading.Thread(target=job.run, daemon=True)

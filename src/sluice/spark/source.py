@@ -90,12 +90,11 @@ class _Reading:
             return list(self.options.sources)
         return self.fetcher.relay_sources()
 
-    def _gap(self, since: int) -> dict[str, Any] | None:
+    def _gap(self, since: int, oldest: int) -> dict[str, Any] | None:
         """With ``markGaps``: the offset past a range that neither a relay's buffer nor its
         source's binlog holds any more (the batch up to it is one gap marker per source)."""
         if not self.options.mark_gaps or since <= 0:
             return None
-        oldest = int(self.fetcher.relay_stats()["min_scn"])
         if since >= oldest or self.fetcher.source_holds(since):
             return None
         return {"scn": oldest, "phase": "log", "gap_after": since}
@@ -151,10 +150,11 @@ class SluiceStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
         if start.get("phase") == "snapshot":
             return {"scn": int(self.fetcher.bootstrap_stats()["snapshot_scn"]), "phase": "log"}
         since = int(start["scn"])
-        gap = self._gap(since)
+        stats = self.fetcher.relay_stats()  # one call: the stream may be stopping
+        gap = self._gap(since, int(stats["min_scn"]))
         if gap is not None:
             return gap
-        latest = self._available() if self._target is None else self._target
+        latest = int(stats["max_scn"]) if self._target is None else self._target
         if latest <= since:
             return start
         if isinstance(limit, ReadMaxRows):
