@@ -94,6 +94,12 @@ def check_server(conn: Any, url: PgUrl, tables: tuple[str, ...]) -> int:
             "wal_level is not logical: set wal_level = logical in postgresql.conf and restart "
             "PostgreSQL"
         )
+    encoding = _one(conn, "SHOW server_encoding")
+    if encoding != "UTF8":
+        raise SourceSetupError(
+            f"database {url.dbname} uses encoding {encoding}: Sluice captures UTF8 databases "
+            "(text reaches it in the server's encoding)"
+        )
     if not _one(
         conn, "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
     ):
