@@ -231,6 +231,10 @@ def test_a_server_not_set_up_for_capture_gets_one_clear_error(
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE a (id int PRIMARY KEY)")
         cur.execute("CREATE ROLE plain LOGIN")
+        cur.execute(
+            f"CREATE DATABASE {pg_database}_latin1 ENCODING 'LATIN1' LC_COLLATE 'C' "
+            "LC_CTYPE 'C' TEMPLATE template0"
+        )
     cases = [
         (["public.nope"], postgres.source_url(pg_database), "unknown table 'public.nope'"),
         (
@@ -239,6 +243,7 @@ def test_a_server_not_set_up_for_capture_gets_one_clear_error(
             "ALTER ROLE plain REPLICATION",
         ),
         (["public.a"], postgres.source_url(pg_database, slot="Bad-Name"), "slot name"),
+        (["public.a"], postgres.source_url(f"{pg_database}_latin1"), "encoding LATIN1"),
     ]
     for tables, url, expected in cases:
         config = RelayConfig(source=url, tables=tables, data_dir=tmp_path / "r", port=0)
