@@ -118,6 +118,24 @@ def test_bad_source_url(tmp_path: Path, url: str, message: str) -> None:
     assert result.returncode == 2 and message in result.stderr
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://u:Zq9x/secret@h:3306",
+        "mysql://u:Zq9x#secret@h:3306",
+        "mysql://u:Zq9x?secret@h:3306",
+        "postgresql://u:Zq9x/secret@h:5432/db",
+    ],
+)
+def test_a_password_is_never_echoed(tmp_path: Path, url: str) -> None:
+    """An unencoded / # or ? in the password breaks the URL: the error says how to fix it and
+    shows no part of the password."""
+    result = sluice(*relay_cmd(url, "a.b", tmp_path / "r"))
+    assert result.returncode == 2 and "percent-encoded" in result.stderr
+    assert "Zq9x" not in result.stderr + result.stdout
+    assert "secret" not in result.stderr + result.stdout
+
+
 def test_unknown_table(mariadb: PrivateMariaDB, database: str, tmp_path: Path) -> None:
     result = sluice(*relay_cmd(mariadb.url, f"{database}.nope", tmp_path / "r"))
     assert result.returncode == 1 and "unknown table" in result.stderr

@@ -35,8 +35,12 @@ def parse_source_url(url: str) -> SourceUrl:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"bad source URL ({exc}); {_HINT}") from None
+    except ValueError:
+        # Never the parser's own words: they can quote part of the password.
+        raise ConfigError(
+            "bad source URL: its HOST:PORT part is not valid (a password holding / # ? @ or : "
+            "must be percent-encoded, or given in SLUICE_SOURCE_PASSWORD); " + _HINT
+        ) from None
     if parts.scheme not in ("mysql", "mariadb"):
         shown = parts.scheme or "(none)"
         raise ConfigError(f"unknown source scheme {shown!r}; {_HINT}")

@@ -47,8 +47,12 @@ def parse_pg_url(url: str) -> PgUrl:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError as exc:
-        raise ConfigError(f"bad source URL ({exc}); {_HINT}") from None
+    except ValueError:
+        # Never the parser's own words: they can quote part of the password.
+        raise ConfigError(
+            "bad source URL: its HOST:PORT part is not valid (a password holding / # ? @ or : "
+            "must be percent-encoded, or given in SLUICE_SOURCE_PASSWORD); " + _HINT
+        ) from None
     if not parts.hostname or not parts.username or not parts.path.strip("/"):
         raise ConfigError(f"source URL needs a user, a host and a database; {_HINT}")
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
