@@ -189,6 +189,19 @@ def test_bootstrap_server_stats_and_errors(pipeline: dict[str, Any]) -> None:
     assert http_status(f"{url}/stream?since_scn=x")[0] == 400
     assert http_status(f"{url}/snapshot?sources=no.such")[0] == 404
     assert http_status(f"{url}/snapshot?after=bad")[0] == 400
+    # Hostile values a fuzzer found answered 500 once; each is a 400 with a sentence now.
+    for query in (
+        "snapshot_scn=%C2%B2",
+        "snapshot_scn=1000000000000000000000000000000",
+        f"after={source}:--1",
+        "after=:1",
+        f"after={source}:1:2x",
+        "after=x:%C2%B2",
+        f"after={source}:99999999999999999999999",
+    ):
+        status, body = http_status(f"{url}/snapshot?{query}")
+        assert status == 400 and "error" in body, query
+    assert http_status(f"{url}/snapshot?sources={source}&after={source}:-1")[0] == 200
     assert http_status(f"{url}/healthz")[0] == 200
     status, body = http_status(f"{url}/snapshot?format=json&sources={source}")
     rows = [json.loads(line) for line in body.splitlines()]

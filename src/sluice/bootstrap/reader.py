@@ -189,7 +189,8 @@ class StoreReader:
         for source in sorted(sources):
             if after is not None and source < after[0]:
                 continue
-            first = (after[1] & ROW_MASK) + 1 if after is not None and source == after[0] else 0
+            at = after[1] if after is not None and source == after[0] else -1
+            first = (at & ROW_MASK) + 1 if at >= 0 else 0
             rows = self._source_rows(scn, source, flt, first, per_window, folder)
             for record in rows:
                 yield record

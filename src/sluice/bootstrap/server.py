@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,7 @@ from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text,
 
 log = logging.getLogger(__name__)
 _CHUNK = 256 * 1024
+_DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII digits only: str.isdigit() takes '²' too
 
 
 class BootstrapServer(AsyncComponent):
@@ -192,11 +194,7 @@ class BootstrapServer(AsyncComponent):
         current = self.reader.store.current_snapshot()
         if current is None:
             raise HttpProblem(503, "no snapshot yet: the bootstrap job has not folded the log")
-        scn = (
-            int(query.get("snapshot_scn", current))
-            if query.get("snapshot_scn", "").isdigit()
-            else current
-        )
+        scn = _parse_snapshot_scn(query.get("snapshot_scn"), current)
         req = parse_stream({**query, "since_scn": "0"}, frozenset(self.sources), 8 << 20, 0)
         after = _parse_after(query.get("after"))
         parse_partition(query.get("partition"))
@@ -220,7 +218,7 @@ class BootstrapServer(AsyncComponent):
         re-seed may have republished the same SCN in a new folder meanwhile), else the
         current folder of ``scn``."""
         store = self.reader.store
-        generation = 0 if after is None else after[1] >> GENERATION_SHIFT
+        generation = 0 if after is None else max(0, after[1] >> GENERATION_SHIFT)
         folder = store.snapshot_dir(scn) if not generation else generation_dir(scn, generation)
         if (generation or scn != current) and not store.exists(folder):
             raise HttpProblem(
@@ -261,13 +259,26 @@ def _names(sources: frozenset[bytes] | None) -> list[str] | None:
     return None if sources is None else [s.decode() for s in sources]
 
 
+def _parse_snapshot_scn(raw: str | None, current: int) -> int:
+    if raw is None or raw == "":
+        return current
+    if not _DIGITS.fullmatch(raw) or int(raw) >= 1 << 64:
+        raise HttpProblem(400, f"snapshot_scn must be an SCN (0 .. 2^64-1), got {raw[:30]!r}")
+    return int(raw)
+
+
 def _parse_after(raw: str | None) -> tuple[str, int] | None:
+    """``SOURCE:CURSOR``, the cursor a snapshot window's ``prev_scn`` gave."""
     if not raw:
         return None
-    source, _, row = raw.rpartition(":")
-    if not source or not row.lstrip("-").isdigit():
-        raise HttpProblem(400, f"after must be SOURCE:ROW, got {raw[:60]!r}")
-    return source, int(row)
+    source, _, cursor = raw.rpartition(":")
+    if source and cursor == "-1":  # before the source's first row
+        return source, -1
+    if not source or not _DIGITS.fullmatch(cursor) or int(cursor) >= 1 << 64:
+        raise HttpProblem(
+            400, f"after must be SOURCE:CURSOR (the cursor a number), got {raw[:60]!r}"
+        )
+    return source, int(cursor)
 
 
 def _next_chunk(
