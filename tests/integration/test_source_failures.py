@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from tests.integration.support import (
     assert_replica_equals,
     consume,
     get_json,
+    http_status,
     relay_config,
     run_sluice,
     wait_for,
@@ -63,7 +66,21 @@ def test_source_sigkill_and_restart(tmp_path: Path) -> None:
                     cur.execute("INSERT INTO kv VALUES (%s, %s)", (k, k))
             wait_relay_caught_up(relay.url, conn)
             conn.close()
+            assert http_status(relay.url + "/healthz")[0] == 200
+            # Frozen (SIGSTOP): heartbeats stop, and /healthz says so within seconds.
+            assert db._proc is not None
+            os.kill(db._proc.pid, signal.SIGSTOP)
+            try:
+                wait_for(lambda: _health(relay.url) == "source silent", 30, "health: silent")
+            finally:
+                os.kill(db._proc.pid, signal.SIGCONT)
+            wait_for(lambda: _health(relay.url) == "ok", 60, "health: ok again")
             db.kill()
+            wait_for(
+                lambda: _health(relay.url) in ("source unreachable", "source silent"),
+                30,
+                "health: unreachable",
+            )
             db.start()  # same data dir and port; the binlog rotates to a new file
             conn = db.connect("s")
             with conn.cursor() as cur:
@@ -80,6 +97,13 @@ def test_source_sigkill_and_restart(tmp_path: Path) -> None:
             consume(relay.url, replica)
             assert_replica_equals(replica, conn, ["s.kv"])
             conn.close()
+
+
+def _health(url: str) -> str:
+    status, body = http_status(url + "/healthz")
+    body = json.loads(body) if isinstance(body, bytes) else body
+    assert (status == 200) == (body["status"] == "ok")
+    return str(body["status"])
 
 
 def test_schema_generate_matches_the_registered_schema(

@@ -199,6 +199,7 @@ class MySQLCapture:
             self._refresh_end()
             log.info("streaming the binlog from %s:%d", file_name, position)
             self.stats.connected = True
+            self.stats.last_seen_ms = int(time.time() * 1000)
             self._pump(stream, split_log_name(file_name)[1])
         except LogPositionError as exc:
             raise SourceError(
@@ -221,7 +222,8 @@ class MySQLCapture:
                     self._rows(txn, kind, ev.body)
                 except DecodeError as exc:
                     self._undecodable(txn, exc, f"{self._log_name(file_no)}:{ev.log_pos}")
-            elif kind == t.TABLE_MAP:
+            elif kind == t.TABLE_MAP:  # once per statement: the source is talking
+                self.stats.last_seen_ms = int(time.time() * 1000)
                 self._table_map(ev.body)
             elif kind == t.XID:
                 self._commit(txn, make_scn(file_no, ev.log_pos), ev.timestamp)
@@ -231,7 +233,8 @@ class MySQLCapture:
                 txn = self._query(txn, make_scn(file_no, ev.log_pos), ev.timestamp, ev.body)
             elif kind == t.ROTATE:
                 file_no = split_log_name(ev.body[8:].decode())[1]
-            elif kind == t.HEARTBEAT:
+            elif kind == t.HEARTBEAT:  # every second while the binlog is idle
+                self.stats.last_seen_ms = int(time.time() * 1000)
                 self.stats.source_end_scn = max(
                     self.stats.source_end_scn, make_scn(file_no, ev.log_pos)
                 )
@@ -335,6 +338,7 @@ class MySQLCapture:
             self.stats.events += len(txn.events)
             self.stats.last_commit_ms = timestamp * 1000
             self.stats.last_receive_ms = now_ms
+            self.stats.last_seen_ms = now_ms
         self._advance(scn)
         txn.events = []
         txn.open = False

@@ -38,6 +38,9 @@ class CaptureStats:
     source_end_scn: int = 0
     reconnects: int = 0
     connected: bool = False
+    # when the source last said anything (a commit, a heartbeat, a keepalive), epoch ms:
+    # a stalled or frozen source shows as silence
+    last_seen_ms: int = 0
     skipped_events: int = 0  # rows skipped (on_decode_error = "skip")
     # sources stopped by a row that cannot be decoded (on_decode_error = "stop_source")
     stopped_sources: dict[str, str] = field(default_factory=dict)

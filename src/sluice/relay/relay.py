@@ -23,6 +23,7 @@ from sluice.schemas import SchemaRegistry
 from sluice.web import start_site
 
 log = logging.getLogger(__name__)
+SILENT_MS = 5_000  # /healthz turns 503 after this long without a word from the source
 
 
 class Relay(AsyncComponent):
@@ -213,6 +214,8 @@ class Relay(AsyncComponent):
                 "last_scn": cap.last_scn if cap else 0,
                 "source_end_scn": cap.source_end_scn if cap else 0,
                 "lag_ms": lag,
+                # how long the source has said nothing at all (it sends heartbeats when idle)
+                "silent_ms": self._silent_ms(cap),
                 "windows": cap.windows if cap else 0,
                 "events": cap.events if cap else 0,
                 "reconnects": cap.reconnects if cap else 0,
@@ -222,6 +225,33 @@ class Relay(AsyncComponent):
                 "source": dict(cap.details) if cap else {},
             },
         }
+
+    def _silent_ms(self, cap: Any) -> int:
+        if cap is None:
+            return 0
+        since = cap.last_seen_ms or int(self._started_at * 1000)
+        return max(0, int(time.time() * 1000) - since)
+
+    def health_problem(self) -> dict[str, Any] | None:
+        """Why ``/healthz`` is not 200, or None: capture stopped, tables stopped, or a source
+        that has been unreachable or silent for more than ``SILENT_MS``."""
+        if self.capture_error is not None:
+            return {"status": "capture stopped", "error": str(self.capture_error)}
+        capture = self.stats()["capture"]
+        if capture["stopped_sources"]:
+            return {
+                "status": "capture of some sources stopped",
+                "stopped_sources": capture["stopped_sources"],
+            }
+        if capture["silent_ms"] > SILENT_MS:
+            status = "source silent" if capture["connected"] else "source unreachable"
+            return {
+                "status": status,
+                "silent_ms": capture["silent_ms"],
+                "error": f"no word from the source for {capture['silent_ms']} ms (heartbeats "
+                "come every second): is the database down, frozen or unreachable?",
+            }
+        return None
 
     def metrics(self) -> list[tuple[str, str, int | float]]:
         s = self.stats()

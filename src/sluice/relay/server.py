@@ -89,14 +89,9 @@ class _Api:
         return json_response(200, {"source": source, "versions": [s.to_avro() for s in versions]})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        error = self.relay.capture_error
-        if error is not None:
-            return json_response(503, {"status": "capture stopped", "error": str(error)})
-        stopped = self.relay.stats()["capture"]["stopped_sources"]
-        if stopped:
-            return json_response(
-                503, {"status": "capture of some sources stopped", "stopped_sources": stopped}
-            )
+        problem = self.relay.health_problem()
+        if problem is not None:
+            return json_response(503, problem)
         return json_response(200, {"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -230,7 +230,7 @@ class PostgresCapture:
             self.stats.windows += 1
             self.stats.events += len(events)
             self.stats.last_commit_ms = commit.ts_micros // 1000
-            self.stats.last_receive_ms = int(time.time() * 1000)
+            self.stats.last_receive_ms = self.stats.last_seen_ms = int(time.time() * 1000)
         self.stats.last_scn = commit.end_lsn
         self.stats.source_end_scn = max(self.stats.source_end_scn, commit.end_lsn)
 
@@ -242,6 +242,8 @@ class PostgresCapture:
         database does not keep WAL forever."""
         if idle and cur.wal_end:
             self.stats.last_scn = max(self.stats.last_scn, cur.wal_end)
+        if cur.io_timestamp is not None:  # the server's last message (a keepalive at least)
+            self.stats.last_seen_ms = int(cur.io_timestamp.timestamp() * 1000)
         target = self._persisted
         if idle and self._persisted >= self._delivered:
             target = max(target, self.stats.last_scn)
