@@ -18,7 +18,7 @@ from sluice.errors import SluiceError, WindowTooLarge
 from sluice.relay.config import RelayConfig
 from sluice.relay.handoff import Handoff
 from sluice.relay.server import make_app
-from sluice.relay.store import BufferStore
+from sluice.relay.store import STATE_FILE, BufferStore
 from sluice.schemas import SchemaRegistry
 from sluice.web import start_site
 
@@ -104,7 +104,19 @@ class Relay(AsyncComponent):
         persisted = store.persisted_scn()
         if store.restored and (buffer.window_count or persisted is not None):
             if persisted is not None and persisted > buffer.max_scn:
-                buffer.format(persisted)  # the buffer file was lost; the SCN was not
+                if buffer.window_count:
+                    # The state is written after the buffer is flushed, so it cannot be
+                    # ahead of intact windows: trust the buffer (capture reads the rest again).
+                    log.warning(
+                        "%s says SCN %d, ahead of the buffer's newest window %d: keeping the "
+                        "buffer and capturing after %d",
+                        STATE_FILE,
+                        persisted,
+                        buffer.max_scn,
+                        buffer.max_scn,
+                    )
+                else:
+                    buffer.format(persisted)  # the buffer file was lost; the SCN was not
             log.info(
                 "resuming after SCN %d (%d windows restored)", buffer.max_scn, buffer.window_count
             )

@@ -28,6 +28,12 @@ class BufferStore:
             data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create the data dir {data_dir}: {exc}") from None
+        for name in (STATE_FILE, BUFFER_FILE):
+            if (data_dir / name).exists() and not (data_dir / name).is_file():
+                raise ConfigError(
+                    f"{data_dir / name} is not a file: move it away (the relay keeps its "
+                    f"{'max SCN' if name == STATE_FILE else 'event buffer'} there)"
+                )
         path = data_dir / BUFFER_FILE
         existed = path.exists() and path.stat().st_size == size
         try:
@@ -53,6 +59,8 @@ class BufferStore:
             return None
         try:
             scn = json.loads(path.read_text("utf-8"))["max_scn"]
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc}; move it away") from None
         except (ValueError, KeyError, TypeError):
             log.warning("relay state %s is corrupt; relying on the buffer", path)
             return None

@@ -1,0 +1,68 @@
+"""Bad state in the relay's data dir: a clear line naming the file, or a recovery that keeps
+every valid window (issue 11)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from sluice.relay.store import STATE_FILE
+from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer
+from tests.integration.support import (
+    assert_replica_equals,
+    consume,
+    get_json,
+    relay_config,
+    run_sluice,
+    wait_relay_caught_up,
+)
+
+
+def test_a_state_file_that_is_a_directory_is_one_clear_line(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    data = tmp_path / "relay"
+    (data / STATE_FILE).mkdir(parents=True)
+    result = run_sluice(
+        "relay",
+        "--source",
+        mariadb.url,
+        "--table",
+        f"{database}.t",
+        "--data-dir",
+        str(data),
+        "--port",
+        "0",
+    )
+    assert result.returncode == 2
+    assert f"{data / STATE_FILE} is not a file: move it away" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_state_file_ahead_of_an_intact_buffer_never_wipes_it(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    source = f"{database}.kv"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE kv (k INT PRIMARY KEY, v INT)")
+    config = relay_config(mariadb, [source], tmp_path / "relay")
+    with RelayThread(config) as relay:
+        with conn.cursor() as cur:
+            for k in range(30):
+                cur.execute("INSERT INTO kv VALUES (%s, %s)", (k, k))
+        wait_relay_caught_up(relay.url, conn)
+        before = get_json(relay.url + "/stats")
+    state = tmp_path / "relay" / STATE_FILE
+    state.write_text(json.dumps({"max_scn": before["max_scn"] + 10**9}))  # from the future
+    with RelayThread(config) as relay:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO kv VALUES (100, 100)")
+        wait_relay_caught_up(relay.url, conn)
+        after = get_json(relay.url + "/stats")
+        replica = ReplicaConsumer()
+        consume(relay.url, replica, since_scn=before["min_scn"])
+    assert after["min_scn"] == before["min_scn"] and after["windows"] == before["windows"] + 1
+    assert_replica_equals(replica, conn, [source])
