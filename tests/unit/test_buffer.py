@@ -100,3 +100,20 @@ def test_append_must_increase_scn() -> None:
     buf.format(10)
     with pytest.raises(ValueError, match="not after"):
         buf.append(10, 0, [_event(1, 1)])
+
+
+def test_restore_reports_the_windows_a_damaged_block_cut_off() -> None:
+    mem = bytearray(FILE_HEADER_SIZE + 64 * 1024)
+    buf = EventBuffer(mem)
+    buf.format(100)
+    for n in range(1, 11):
+        buf.append(100 + n, 0, [_event(n, 200)])
+    # Zero the fifth window's record: the four before it are valid but no longer linked.
+    windows, _cursor = buf.read(104, 1, None)
+    header = wire.read_window_header(windows[0])
+    at = bytes(mem).find(windows[0])
+    mem[at : at + header.total_len] = bytes(header.total_len)
+    again = EventBuffer(mem)
+    assert again.restore()
+    assert again.start_scn == 105 and again.max_scn == 110 and again.window_count == 5
+    assert again.dropped == (4, 101, 104)

@@ -56,6 +56,8 @@ class EventBuffer:
     # -- state -----------------------------------------------------------------------------
     def _reset_state(self, start_scn: int) -> None:
         self.start_scn = start_scn  # every window with SCN > start_scn is held
+        # restore(): (count, oldest SCN, newest SCN) of valid windows not in the live chain
+        self.dropped: tuple[int, int, int] | None = None
         self.max_scn = start_scn
         self.window_count = 0
         self.event_count = 0
@@ -172,6 +174,10 @@ class EventBuffer:
         if not records:
             return True
         chain = _newest_chain(records)
+        lost = sorted(set(records) - set(chain))
+        # Valid windows cut off from the newest chain (a damaged block between them): the
+        # owner says so, with their SCN range.
+        self.dropped = (len(lost), lost[0], lost[-1]) if lost else None
         self.start_scn = records[chain[0]][2]
         for scn in chain:
             offset, length, _prev, n_events = records[scn]

@@ -52,6 +52,18 @@ class BufferStore:
         self.restored = existed and self.buffer.restore()
         if existed and not self.restored:
             log.warning("event buffer file %s is not valid; starting a new one", path)
+        if self.restored and self.buffer.dropped is not None:
+            count, oldest, newest = self.buffer.dropped
+            log.warning(
+                "event buffer %s: %d older windows (SCNs %d..%d) are not linked to the newest "
+                "ones (a damaged block, or history from before a reset): dropped; clients "
+                "older than SCN %d need a bootstrap",
+                path,
+                count,
+                oldest,
+                newest,
+                self.buffer.start_scn,
+            )
 
     def persisted_scn(self) -> int | None:
         path = self.data_dir / STATE_FILE
