@@ -257,3 +257,26 @@ def test_since_scn_in_a_purged_or_unknown_binlog_file(
 ) -> None:
     result = sluice(*relay_cmd(mariadb.url, table, tmp_path / "r", "--since-scn", "999:4"))
     assert result.returncode == 1 and "binlog.000999 is not on the server" in result.stderr
+
+
+def test_the_password_comes_from_a_file(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    """``--password-file``: the password stays out of the command line (``/proc/PID/cmdline``)."""
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE TABLE {database}.t (id INT PRIMARY KEY)")
+        cur.execute("CREATE USER IF NOT EXISTS 'pwfile'@'%' IDENTIFIED BY 'Zq9x/s3cret#'")
+        cur.execute(f"GRANT SELECT ON {database}.* TO 'pwfile'@'%'")
+    admin.close()
+    secret = tmp_path / "password"
+    secret.write_text("Zq9x/s3cret#\n")
+    url = mariadb.url.replace("root@", "pwfile@")
+    generate = ("schema", "generate", "--source", url, "--table", f"{database}.t")
+    ok = sluice(*generate, "--password-file", str(secret))
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["sluice.source"] == f"{database}.t"
+    (tmp_path / "empty").write_text("")
+    for path, message in ((tmp_path / "empty", "is empty"), (tmp_path / "nope", "cannot read")):
+        bad = sluice(*generate, "--password-file", str(path))
+        assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr

@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from sluice.cli.common import scn_arg, serve_until_signal
+from sluice.cli.common import add_password_file, scn_arg, serve_until_signal
 from sluice.core.names import canonical_source
 from sluice.errors import ConfigError
 
@@ -82,6 +82,8 @@ def add_parser(sub: Any) -> None:
     seed.add_argument("--where", metavar="SQL", help="seed only the rows matching this condition")
     seed.set_defaults(run=_seed)
 
+    add_password_file(run_p)
+    add_password_file(seed)
     compact = boot.add_parser("compact", help="fold the log into a new snapshot now")
     compact.add_argument("--store", required=True)
     compact.add_argument("--master")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 from collections.abc import Callable
 
@@ -22,6 +23,30 @@ async def serve_until_signal(component: AsyncComponent, banner: Callable[[], str
         print(banner(), flush=True)
         await stop.wait()
     return 0
+
+
+def add_password_file(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help="read the source's password from FILE (its first line), instead of the URL",
+    )
+
+
+def apply_password_file(args: argparse.Namespace) -> None:
+    """Make ``--password-file``'s password the one every source URL without a password uses
+    (``SLUICE_SOURCE_PASSWORD``, inherited by Spark's workers too)."""
+    path = getattr(args, "password_file", None)
+    if not path:
+        return
+    try:
+        with open(path, encoding="utf-8") as handle:
+            password = handle.readline().rstrip("\r\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot read --password-file {path}: {exc.strerror}") from None
+    if not password:
+        raise ConfigError(f"--password-file {path} is empty: put the password on its first line")
+    os.environ["SLUICE_SOURCE_PASSWORD"] = password
 
 
 def scn_arg(text: str) -> int:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from sluice.cli import bootstrap, demo, relay, schema, tail
+from sluice.cli.common import apply_password_file
 from sluice.errors import ConfigError, Interrupted, SluiceError
 
 log = logging.getLogger("sluice")
@@ -53,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args.verbose)
     run: Command = args.run
     try:
+        apply_password_file(args)
         return run(args)
     except KeyboardInterrupt:
         return 130

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from sluice.cli.common import scn_arg, serve_until_signal
+from sluice.cli.common import add_password_file, scn_arg, serve_until_signal
 
 
 def add_parser(sub: Any) -> None:
@@ -49,6 +49,7 @@ def add_parser(sub: Any) -> None:
         help="a row capture cannot decode: stop capturing its table (default; the others go "
         "on) or skip it",
     )
+    add_password_file(p)
     p.add_argument("--config", type=Path, metavar="FILE.toml", help="settings file")
     p.set_defaults(run=run)
 

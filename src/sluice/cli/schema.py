@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from sluice.cli.common import add_password_file
 from sluice.core.names import canonical_source
 
 
@@ -17,6 +18,7 @@ def add_parser(sub: Any) -> None:
         "--source", required=True, help="a source URL (mysql://... or postgresql://...)"
     )
     gen.add_argument("--table", required=True, metavar="DB.TABLE")
+    add_password_file(gen)
     gen.set_defaults(run=run)
 
 
