@@ -35,7 +35,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sluice", description="Change data capture for MySQL/MariaDB and PostgreSQL.")
+    parser = _Parser(
+        prog="sluice", description="Change data capture for MySQL/MariaDB and PostgreSQL."
+    )
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv for debug)"
     )
