@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -40,6 +41,39 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
         return json_response(500, {"error": f"internal error: {type(exc).__name__}"})
 
 
+class RepeatedFailures(logging.Filter):
+    """One line per distinct failure and interval, with a count of the repeats: a flood of the
+    same error (``socket.accept() out of system resource`` when descriptors run out) must not
+    fill the log."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._seen: dict[str, tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = f"{record.name}:{record.msg}"
+        now = time.monotonic()
+        first, count = self._seen.get(key, (0.0, 0))
+        if count and now - first < self.interval_s:
+            self._seen[key] = (first, count + 1)
+            return False
+        if count > 1:
+            record.msg = f"{record.msg} (and {count - 1} more like it in {self.interval_s:.0f} s)"
+        self._seen[key] = (now, 1)
+        return True  # the first of a kind keeps its traceback: the repeats add nothing
+
+
+def quiet_repeated_failures() -> None:
+    """Install ``RepeatedFailures`` on the loggers a crowd of clients can flood."""
+    for name in ("asyncio", "aiohttp.server", "aiohttp.access"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RepeatedFailures) for f in logger.filters):
+            logger.addFilter(RepeatedFailures())
+
+
 def metrics_text(prefix: str, metrics: list[tuple[str, str, int | float]]) -> str:
     lines = []
     for name, kind, value in metrics:
@@ -50,6 +84,7 @@ def metrics_text(prefix: str, metrics: list[tuple[str, str, int | float]]) -> st
 
 async def start_site(runner: web.AppRunner, host: str, port: int) -> int:
     """Start listening; returns the bound port (for ``port=0``)."""
+    quiet_repeated_failures()
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     try:
