@@ -17,7 +17,14 @@ from sluice.capture.binlog.protocol import BinlogStream, ConnectParams, LogPosit
 from sluice.capture.binlog.tablemap import parse_table_map
 from sluice.capture.describe import describe_table
 from sluice.capture.metadata import ServerInfo, check_server, column_info, end_scn
-from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
+from sluice.capture.source import (
+    CapturedWindow,
+    CaptureSettings,
+    CaptureSource,
+    CaptureStats,
+    run_supervised,
+    undecodable,
+)
 from sluice.capture.tables import TableDecoder
 from sluice.capture.url import parse_source_url
 from sluice.core import wire
@@ -150,38 +157,14 @@ class MySQLCapture:
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
-        delay = 0.1
-        while not self._stop.is_set():
-            try:
-                self._stream_once()
-                delay = 0.1
-            except (
-                SourceConnectionError,
-                pymysql.err.OperationalError,
-                pymysql.err.InterfaceError,
-            ) as exc:
-                if self._stop.is_set():
-                    break
-                self.stats.connected = False
-                self.stats.reconnects += 1
-                log.warning("binlog connection lost (%s); reconnecting in %.1f s", exc, delay)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 5.0)
-            except SluiceError as exc:
-                self._fail(exc)
-                return
-            except Exception as exc:
-                log.exception("capture failed")
-                self._fail(SourceError(f"capture failed: {exc!r}"))
-                return
-
-    def _fail(self, exc: SluiceError) -> None:
-        if self._stop.is_set():
-            return
-        self.stats.connected = False
-        log.error("capture stopped: %s", exc)
-        if self._on_fatal is not None:
-            self._on_fatal(exc)
+        run_supervised(
+            self._stream_once,
+            self._stop,
+            self.stats,
+            (SourceConnectionError, pymysql.err.OperationalError, pymysql.err.InterfaceError),
+            self._on_fatal,
+            "binlog connection",
+        )
 
     def _start_position(self) -> tuple[str, int]:
         assert self._info is not None
@@ -294,26 +277,11 @@ class MySQLCapture:
         return log_name(self._info.log_base, file_no)
 
     def _undecodable(self, txn: _Transaction, exc: DecodeError, where: str) -> None:
-        """A row capture cannot decode never stops the other tables: its source stops (its
-        events of this transaction dropped, so it stops at a transaction boundary), or with
-        ``on_decode_error = "skip"`` only this rows event is skipped."""
-        source = exc.source
-        if source is None:
+        """A row capture cannot decode never stops the other tables (``undecodable``)."""
+        if exc.source is None:
             raise exc
         message = f"{exc} (the rows event ending at binlog {where})"
-        if self._on_decode_error == "skip":
-            self.stats.skipped_events += 1
-            log.error("skipped a rows event: %s", message)
-            return
-        self.stats.stopped_sources[source] = message
-        name = source.encode()
-        txn.events = [e for e in txn.events if wire.event_source(e) != name]
-        log.error(
-            "capture of %s stopped: %s; the other tables go on. Fix the row, then restart the "
-            "relay with --since-scn before it, or set on_decode_error = \"skip\"",
-            source,
-            message,
-        )
+        undecodable(self.stats, self._on_decode_error, exc.source, message, txn.events)
 
     def _rows(self, txn: _Transaction, kind: int, body: bytes) -> None:
         decoder = self._decoders.get(int.from_bytes(body[:6], "little"))

@@ -8,13 +8,17 @@ The relay (and anything else that captures) names no source kind: it calls
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from sluice.errors import ConfigError, SluiceError
+from sluice.core import wire
+from sluice.errors import ConfigError, SluiceError, SourceError
 from sluice.schemas import SchemaRegistry, TableSchema
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,3 +139,69 @@ def describe(url: str, source: str) -> TableSchema:
     """The schema a capture of ``source`` would register now (``sluice schema generate``)."""
     schema: TableSchema = _kind(url).describe(url, source)
     return schema
+
+
+def run_supervised(
+    stream_once: Callable[[], None],
+    stop: Any,
+    stats: CaptureStats,
+    transient: tuple[type[BaseException], ...],
+    on_fatal: Callable[[SluiceError], None] | None,
+    what: str,
+) -> None:
+    """A capture thread's body for any source kind: ``stream_once`` until ``stop`` is set;
+    a ``transient`` failure (the server went away) reconnects with backoff from the last
+    commit; any other failure stops capture and is reported to ``on_fatal``."""
+    delay = 0.1
+    while not stop.is_set():
+        try:
+            stream_once()
+            delay = 0.1
+        except transient as exc:
+            if stop.is_set():
+                break
+            stats.connected = False
+            stats.reconnects += 1
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            log.warning("%s lost (%s); reconnecting in %.1f s", what, text, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, 5.0)
+        except SluiceError as exc:
+            _fail(stop, stats, on_fatal, exc)
+            return
+        except Exception as exc:
+            log.exception("capture failed")
+            _fail(stop, stats, on_fatal, SourceError(f"capture failed: {exc!r}"))
+            return
+
+
+def _fail(
+    stop: Any, stats: CaptureStats, on_fatal: Callable[[SluiceError], None] | None, exc: SluiceError
+) -> None:
+    if stop.is_set():
+        return
+    stats.connected = False
+    log.error("capture stopped: %s", exc)
+    if on_fatal is not None:
+        on_fatal(exc)
+
+
+def undecodable(
+    stats: CaptureStats, policy: str, source: str, message: str, events: list[bytes]
+) -> None:
+    """A row capture cannot decode, by ``on_decode_error``: ``skip`` drops that change and
+    counts it; ``stop_source`` stops that source, dropping its events of the open transaction
+    so it stops at a transaction boundary. Either way the other sources go on."""
+    if policy == "skip":
+        stats.skipped_events += 1
+        log.error("skipped a change: %s", message)
+        return
+    stats.stopped_sources[source] = message
+    name = source.encode()
+    events[:] = [e for e in events if wire.event_source(e) != name]
+    log.error(
+        "capture of %s stopped: %s; the other tables go on. Fix the row, then restart the "
+        'relay with --since-scn before it, or set on_decode_error = "skip"',
+        source,
+        message,
+    )

@@ -30,17 +30,22 @@ class SourceUrl:
         return self.redacted()
 
 
+def bad_url(hint: str) -> ConfigError:
+    """An unparsable source URL, never in the parser's own words: they can quote part of the
+    password."""
+    return ConfigError(
+        "bad source URL: its HOST:PORT part is not valid (a password holding / # ? @ or : "
+        "must be percent-encoded, or given in SLUICE_SOURCE_PASSWORD); " + hint
+    )
+
+
 def parse_source_url(url: str) -> SourceUrl:
     """Parse a source URL; the password may also come from ``SLUICE_SOURCE_PASSWORD``."""
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        # Never the parser's own words: they can quote part of the password.
-        raise ConfigError(
-            "bad source URL: its HOST:PORT part is not valid (a password holding / # ? @ or : "
-            "must be percent-encoded, or given in SLUICE_SOURCE_PASSWORD); " + _HINT
-        ) from None
+        raise bad_url(_HINT) from None
     if parts.scheme not in ("mysql", "mariadb"):
         shown = parts.scheme or "(none)"
         raise ConfigError(f"unknown source scheme {shown!r}; {_HINT}")

@@ -32,8 +32,14 @@ from sluice.capture.postgres.setup import (
 from sluice.capture.postgres.tables import CHANGE_TAGS, OP_C, OP_D, OP_U, PgTable, table_columns
 from sluice.capture.postgres.transcode import Slow
 from sluice.capture.postgres.types import column_kind
-from sluice.capture.source import CapturedWindow, CaptureSettings, CaptureSource, CaptureStats
-from sluice.core import wire
+from sluice.capture.source import (
+    CapturedWindow,
+    CaptureSettings,
+    CaptureSource,
+    CaptureStats,
+    run_supervised,
+    undecodable,
+)
 from sluice.core.names import source_name, split_source
 from sluice.errors import (
     DecodeError,
@@ -98,6 +104,9 @@ class PostgresCapture:
         conn.autocommit = True
         try:
             return _PgInfo(check_server(conn, self.url, tuple(sorted(self._tables))))
+        except psycopg2.Error as exc:  # a refusal the checks did not foresee: say it, no trace
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise SourceSetupError(f"PostgreSQL refused a set-up query: {text}") from None
         finally:
             conn.close()
 
@@ -122,37 +131,16 @@ class PostgresCapture:
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
-        delay = 0.1
-        while not self._stop.is_set():
-            try:
-                self._stream_once()
-                delay = 0.1
-            except (SourceConnectionError, psycopg2.DatabaseError, psycopg2.InterfaceError) as exc:
-                # The server went away (a shutdown ends the COPY stream: "no COPY in
-                # progress"), or refused for now: reconnect from the last commit, with backoff.
-                if self._stop.is_set():
-                    break
-                self.stats.connected = False
-                self.stats.reconnects += 1
-                text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-                log.warning("replication connection lost (%s); reconnecting in %.1f s", text, delay)
-                self._stop.wait(delay)
-                delay = min(delay * 2, 5.0)
-            except SluiceError as exc:
-                self._fail(exc)
-                return
-            except Exception as exc:
-                log.exception("capture failed")
-                self._fail(SourceError(f"capture failed: {exc!r}"))
-                return
-
-    def _fail(self, exc: SluiceError) -> None:
-        if self._stop.is_set():
-            return
-        self.stats.connected = False
-        log.error("capture stopped: %s", exc)
-        if self.settings.on_fatal is not None:
-            self.settings.on_fatal(exc)
+        # A shutdown ends the COPY stream with "no COPY in progress" (a DatabaseError): like
+        # any lost connection, reconnect from the last commit.
+        run_supervised(
+            self._stream_once,
+            self._stop,
+            self.stats,
+            (SourceConnectionError, psycopg2.DatabaseError, psycopg2.InterfaceError),
+            self.settings.on_fatal,
+            "replication connection",
+        )
 
     def _stream_once(self) -> None:
         conn = connect(self.url, connection_factory=psycopg2.extras.LogicalReplicationConnection)
@@ -202,7 +190,7 @@ class PostgresCapture:
                     try:
                         events += self._fast_or_slow(table, payload)
                     except DecodeError as exc:
-                        self._undecodable(exc, table, events, stopped, message.data_start)
+                        self._undecodable(exc, table, events, message.data_start)
                 continue
             parsed = pgoutput.parse(payload)
             if isinstance(parsed, pgoutput.Relation):
@@ -213,7 +201,7 @@ class PostgresCapture:
                     try:
                         events += self._change(table, parsed)
                     except DecodeError as exc:
-                        self._undecodable(exc, table, events, stopped, message.data_start)
+                        self._undecodable(exc, table, events, message.data_start)
             elif isinstance(parsed, pgoutput.Truncate):
                 for relid in parsed.relids:  # every row of the table is gone: one t event
                     table = self._relations.get(relid)
@@ -329,16 +317,10 @@ class PostgresCapture:
         return [table.event(OP_U, old, new)]
 
     def _undecodable(
-        self, exc: DecodeError, table: PgTable, events: list[bytes], stopped: Any, at: int
+        self, exc: DecodeError, table: PgTable, events: list[bytes], at: int
     ) -> None:
         message = f"{exc} (WAL position {_lsn(at)})"
-        if self.settings.on_decode_error == "skip":
-            self.stats.skipped_events += 1
-            log.error("skipped a change: %s", message)
-            return
-        stopped[table.source] = message
-        events[:] = [e for e in events if wire.event_source(e) != table.name]
-        log.error("capture of %s stopped: %s; the other tables go on", table.source, message)
+        undecodable(self.stats, self.settings.on_decode_error, table.source, message, events)
 
 
 def _lsn(value: int) -> str:

@@ -12,6 +12,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg2
 
+from sluice.capture.url import bad_url
 from sluice.core.names import source_name, split_source
 from sluice.errors import ConfigError, SourceConnectionError, SourceSetupError
 
@@ -48,11 +49,7 @@ def parse_pg_url(url: str) -> PgUrl:
         parts = urlsplit(url)
         port = parts.port
     except ValueError:
-        # Never the parser's own words: they can quote part of the password.
-        raise ConfigError(
-            "bad source URL: its HOST:PORT part is not valid (a password holding / # ? @ or : "
-            "must be percent-encoded, or given in SLUICE_SOURCE_PASSWORD); " + _HINT
-        ) from None
+        raise bad_url(_HINT) from None
     if not parts.hostname or not parts.username or not parts.path.strip("/"):
         raise ConfigError(f"source URL needs a user, a host and a database; {_HINT}")
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
