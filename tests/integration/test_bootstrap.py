@@ -17,7 +17,6 @@ from sluice.bootstrap.job import BootstrapJob, JobConfig
 from sluice.bootstrap.reader import snapshot_rows
 from sluice.bootstrap.server import BootstrapServer
 from sluice.bootstrap.store import GENERATION_SHIFT, ROW_MASK, BootstrapStore
-from sluice.capture import parse_source_url
 from sluice.client import Client, ClientConfig, FileCheckpointStore, MemoryCheckpointStore
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import Window
@@ -344,7 +343,7 @@ def test_truncate_empties_the_table_in_snapshots_catch_up_and_spark(
         cur.execute("INSERT INTO kept VALUES (1)")
     tr, kept = f"{database}.tr", f"{database}.kept"
     store = str(tmp_path / "store")
-    seed = parse_source_url(mariadb.url)
+    seed = mariadb.url
     with RelayThread(relay_config(mariadb, [tr, kept], tmp_path / "relay")) as relay:
         start = get_json(relay.url + "/stats")["min_scn"]
         job = JobConfig((relay.url,), (tr, kept), store, once=True, seed=seed)

@@ -11,7 +11,6 @@ from typing import Any
 
 from sluice.bootstrap.job import BootstrapJob, JobConfig
 from sluice.bootstrap.server import BootstrapServer
-from sluice.capture import parse_source_url
 from sluice.client import Client, ClientConfig
 from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer, ServiceThread
 from sluice.testing.truth import table_rows
@@ -96,7 +95,7 @@ def test_quoted_names_go_through_seed_store_and_bootstrap_server(
             cur.execute("UPDATE `t:1/x#%` SET v = 'new' WHERE id <= 5")
             cur.execute("DELETE FROM `t.2` WHERE id <= 5")
         wait_relay_caught_up(relay.url, conn)
-        seed = parse_source_url(mariadb.url)
+        seed = mariadb.url
         BootstrapJob(JobConfig((relay.url,), sources, store, once=True, seed=seed), spark).run()
         with ServiceThread(BootstrapServer(store, port=0)) as server:
             stats = get_json(server.url + "/stats")

@@ -18,7 +18,6 @@ from sluice.bootstrap.seed.job import SeedConfig, SeedJob
 from sluice.bootstrap.seed.records import SeedRecords
 from sluice.bootstrap.server import BootstrapServer
 from sluice.bootstrap.store import GENERATION_SHIFT, BootstrapStore, generation_of
-from sluice.capture import parse_source_url
 from sluice.client import Client, ClientConfig
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.spark.http import frames
@@ -138,7 +137,7 @@ def seeded(
         wait_for(lambda: BootstrapStore(store_dir).exists("sluice-store.json"), 60, "the store")
         writer = Writer(mariadb.connect(DB))
         writer.start()
-        seed = SeedJob(SeedConfig(parse_source_url(mariadb.url), tuple(SOURCES), store_dir, 12_000))
+        seed = SeedJob(SeedConfig(mariadb.url, tuple(SOURCES), store_dir, 12_000))
         seed.prepare()
         report = seed.run(spark)
         writer.stop_event.set()
@@ -219,7 +218,7 @@ def test_reseeding_one_table_replaces_its_rows_only(
     orders = SOURCES[1]
     # A consumer is in the middle of reading the snapshot when the re-seed republishes it.
     first_hashes, cursor = _snapshot_hashes(server.url, before["scn"], orders, None, first=True)
-    again = SeedJob(SeedConfig(parse_source_url(mariadb.url), (orders,), store.uri, 5000))
+    again = SeedJob(SeedConfig(mariadb.url, (orders,), store.uri, 5000))
     again.prepare()
     report = again.run(spark)
     rest, _ = _snapshot_hashes(server.url, before["scn"], orders, f"{orders}:{cursor}")
@@ -294,9 +293,7 @@ def test_a_table_added_later_is_logged_from_then_on_and_seeded(
             cur.execute("UPDATE first SET v = 0 WHERE id > 290")
         wait_relay_caught_up(relay.url, conn)
         job = BootstrapJob(
-            JobConfig(
-                (relay.url,), (first, later), store, once=True, seed=parse_source_url(mariadb.url)
-            ),
+            JobConfig((relay.url,), (first, later), store, once=True, seed=mariadb.url),
             spark,
         )
         job.run()

@@ -16,7 +16,6 @@ import pytest
 from sluice.bootstrap.seed.chunk import run_chunk
 from sluice.bootstrap.seed.job import SeedConfig, SeedJob
 from sluice.bootstrap.store import BootstrapStore
-from sluice.capture import parse_source_url
 from sluice.capture.metadata import end_scn
 from sluice.core import wire
 from sluice.core.event import Event
@@ -37,7 +36,7 @@ def _seed_rows(
 ) -> tuple[SeedJob, dict[tuple[str, str], dict[str, Any]]]:
     """Seed ``sources`` without Spark (each chunk task run here) and read the chunk files."""
     BootstrapStore(str(store_dir)).create(start, sources)
-    url = parse_source_url(mariadb.url)
+    url = mariadb.url
     job = SeedJob(SeedConfig(url, sources, str(store_dir), chunk_rows, where=where))
     job.prepare()
     tasks = job.tasks()

@@ -24,9 +24,13 @@ def _decoder() -> TableDecoder:
 
 
 def _row(ident: int, qty: int, note: bytes) -> bytes:
-    return b"\x00" + ident.to_bytes(4, "little") + qty.to_bytes(4, "little") + bytes(
-        [len(note)]
-    ) + note
+    return (
+        b"\x00"
+        + ident.to_bytes(4, "little")
+        + qty.to_bytes(4, "little")
+        + bytes([len(note)])
+        + note
+    )
 
 
 HEAD = (7).to_bytes(6, "little") + b"\x00\x00" + b"\x03" + b"\x07"  # id, flags, 3 columns
@@ -54,5 +58,5 @@ def test_generated_code_shows_in_tracebacks_with_file_and_line() -> None:
     with pytest.raises(IndexError) as err:
         env["f"](b"ab")  # type: ignore[operator]
     text = "".join(traceback.format_exception(err.value))
-    assert '<sluice generated test decoder #' in text and "line 3" in text
+    assert "<sluice generated test decoder #" in text and "line 3" in text
     assert "return data[5]" in text

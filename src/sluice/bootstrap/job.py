@@ -18,7 +18,6 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from sluice.bootstrap.fold import blocked_by_gaps, fold
 from sluice.bootstrap.store import BootstrapStore
-from sluice.capture.url import SourceUrl
 from sluice.core.names import schemas_path
 from sluice.errors import SluiceError
 from sluice.spark import register
@@ -39,7 +38,7 @@ class JobConfig:
     trigger_s: float = 2.0
     fold_every_s: float = 30.0
     once: bool = False  # read what the relay holds now, fold, and exit
-    seed: SourceUrl | None = None  # seed sources never seeded, from this database
+    seed: str | None = None  # seed sources never seeded, from this database (its URL)
     seed_chunk_rows: int | None = None
     quiet: bool = False  # Spark's own output to a log file (the CLI), not stderr
 

@@ -17,6 +17,7 @@ from sluice.capture.binlog.protocol import BinlogStream, ConnectParams, LogPosit
 from sluice.capture.binlog.tablemap import parse_table_map
 from sluice.capture.describe import describe_table
 from sluice.capture.metadata import ServerInfo, check_server, column_info, end_scn
+from sluice.capture.seeding import Seeder
 from sluice.capture.source import (
     CapturedWindow,
     CaptureSettings,
@@ -57,6 +58,17 @@ def describe(url: str, source: str) -> TableSchema:
         return describe_table(conn, source)
     finally:
         conn.close()
+
+
+parse_url = parse_source_url
+
+
+def open_seeder(url: str) -> Seeder:
+    """The ``Seeder`` of a MariaDB server (chunks in ``START TRANSACTION WITH CONSISTENT
+    SNAPSHOT``, stamped with ``binlog_snapshot_*``)."""
+    from sluice.capture.snapshot import MySQLSeeder  # noqa: PLC0415 - only seeding needs it
+
+    return MySQLSeeder(parse_source_url(url).params())
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -22,6 +22,8 @@ import pymysql.cursors
 from sluice.capture.binlog.protocol import ConnectParams
 from sluice.capture.binlog.values import days_since_epoch, shortest_float32
 from sluice.capture.describe import describe_table
+from sluice.capture.metadata import end_scn
+from sluice.capture.seeding import ChunkRead, KeyRange, guarded
 from sluice.core.names import split_source
 from sluice.core.scn import scn_of_log
 from sluice.errors import SourceError, SourceSetupError
@@ -37,14 +39,6 @@ RANGE_KINDS = frozenset(
     | {"year", "uuid", "inet6"}
 )
 _TRANSACTIONAL = {"INNODB", "ROCKSDB", "TOKUDB", "ARIA"}  # Aria only when TRANSACTIONAL=1
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRange:
-    """Rows with ``lower < key <= upper`` in the table's key order (None: unbounded)."""
-
-    lower: tuple[Any, ...] | None
-    upper: tuple[Any, ...] | None
 
 
 def q(name: str) -> str:
@@ -268,14 +262,6 @@ def row_parser(columns: Sequence[Column]) -> Callable[[bytes], list[Any]]:
 
 
 # -- reading one chunk -----------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class ChunkRead:
-    """An open chunk read: ``scn`` is known before the first row; iterate ``rows``."""
-
-    scn: int
-    rows: Iterator[list[Any]]
-
-
 def open_snapshot(conn: pymysql.Connection[Any]) -> int:
     """Start a consistent snapshot on ``conn``; returns the SCN it is consistent at."""
     with conn.cursor() as cur:
@@ -351,3 +337,53 @@ def _rows(
         conn.commit()
     finally:
         conn.close()
+
+
+# -- the seeding seam ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class MySQLChunkReader:
+    """Each chunk opens its own consistent snapshot (a ``ChunkReader``)."""
+
+    params: ConnectParams = field(repr=False)
+
+    def read(self, schema: TableSchema, bounds: KeyRange, where: str | None) -> ChunkRead:
+        try:
+            read = read_chunk(self.params, schema, bounds, where)
+        except pymysql.err.MySQLError as exc:  # the server went away, a timeout, a kill
+            raise SourceError(f"reading {schema.source} failed ({exc.args[-1]})") from None
+        return ChunkRead(
+            read.scn,
+            guarded(
+                read.rows,
+                (pymysql.err.MySQLError,),
+                lambda exc: f"reading {schema.source} failed ({exc.args[-1]})",
+            ),
+        )
+
+
+class MySQLSeeder:
+    """The ``Seeder`` of a MariaDB server: one connection for checks and plans."""
+
+    def __init__(self, params: ConnectParams) -> None:
+        self.params = params
+        self.conn = params.connect()
+
+    def end_scn(self) -> int:
+        return end_scn(self.conn)
+
+    def table(self, source: str, where: str | None) -> TableSchema:
+        schema = describe_for_seed(self.conn, source)
+        if where:
+            check_condition(self.conn, source, where)
+        return schema
+
+    def plan(self, schema: TableSchema, chunk_rows: int) -> list[KeyRange]:
+        return plan_ranges(self.conn, schema, chunk_rows)
+
+    def snapshot(self) -> MySQLChunkReader:
+        open_snapshot(self.conn)  # fails early, with the fix, where snapshots give no SCN
+        self.conn.rollback()
+        return MySQLChunkReader(self.params)
+
+    def close(self) -> None:
+        self.conn.close()

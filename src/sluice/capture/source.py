@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from sluice.capture.seeding import Seeder
 from sluice.core import wire
 from sluice.errors import ConfigError, SluiceError, SourceError
 from sluice.schemas import SchemaRegistry, TableSchema
@@ -98,8 +99,9 @@ class CaptureSource(Protocol):
 
 
 # scheme -> the module of a source kind, imported on demand (a kind's driver is needed only
-# when it is used). A kind module has ``open_capture(url, settings) -> CaptureSource`` and
-# ``describe(url, source) -> TableSchema``.
+# when it is used). A kind module has ``open_capture(url, settings) -> CaptureSource``,
+# ``describe(url, source) -> TableSchema``, ``open_seeder(url) -> Seeder`` and
+# ``parse_url(url)`` (raises ``ConfigError``).
 _KINDS = {
     "mysql": "sluice.capture.mysql",
     "mariadb": "sluice.capture.mysql",
@@ -139,6 +141,17 @@ def describe(url: str, source: str) -> TableSchema:
     """The schema a capture of ``source`` would register now (``sluice schema generate``)."""
     schema: TableSchema = _kind(url).describe(url, source)
     return schema
+
+
+def check_url(url: str) -> None:
+    """Refuse a URL its kind cannot parse (``ConfigError``), before anything starts."""
+    _kind(url).parse_url(url)
+
+
+def open_seeder(url: str) -> Seeder:
+    """The seeding side of the source ``url`` names, by its scheme (connected)."""
+    opened: Seeder = _kind(url).open_seeder(url)
+    return opened
 
 
 def run_supervised(

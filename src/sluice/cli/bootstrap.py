@@ -44,7 +44,7 @@ def add_parser(sub: Any) -> None:
 
     run_p.add_argument(
         "--seed",
-        metavar="mysql://USER[:PASSWORD]@HOST:PORT",
+        metavar="URL",
         help="once the stream is in place, seed every source the store has never seeded from "
         "this database (existing rows, then changes: Debezium's snapshot.mode=initial)",
     )
@@ -63,8 +63,9 @@ def add_parser(sub: Any) -> None:
     seed.add_argument(
         "--source",
         required=True,
-        metavar="mysql://USER[:PASSWORD]@HOST:PORT",
-        help="the database (password may come from SLUICE_SOURCE_PASSWORD)",
+        metavar="URL",
+        help="the database: mysql://USER@HOST:PORT or postgresql://USER@HOST:PORT/DBNAME "
+        "(password in the URL, --password-file or SLUICE_SOURCE_PASSWORD)",
     )
     seed.add_argument("--table", action="append", dest="tables", required=True, metavar="DB.TABLE")
     seed.add_argument("--store", required=True, help="the store `bootstrap run` feeds")
@@ -103,8 +104,10 @@ def add_parser(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from sluice.bootstrap.job import BootstrapJob, JobConfig  # noqa: PLC0415 - Spark is heavy
-    from sluice.capture.url import parse_source_url  # noqa: PLC0415
+    from sluice.capture.source import check_url  # noqa: PLC0415
 
+    if args.seed:
+        check_url(args.seed)
     job = BootstrapJob(
         JobConfig(
             relays=tuple(args.relay),
@@ -115,7 +118,7 @@ def _run(args: argparse.Namespace) -> int:
             trigger_s=args.trigger_seconds,
             fold_every_s=args.fold_every,
             once=args.once,
-            seed=parse_source_url(args.seed) if args.seed else None,
+            seed=args.seed,
             seed_chunk_rows=args.chunk_rows,
             quiet=True,
         )
@@ -130,13 +133,12 @@ def _run(args: argparse.Namespace) -> int:
 def _seed(args: argparse.Namespace) -> int:
     from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
     from sluice.bootstrap.spark_run import run_spark_command  # noqa: PLC0415
-    from sluice.capture.url import parse_source_url  # noqa: PLC0415
 
     if args.parallelism is not None and args.parallelism < 1:
         raise ConfigError(f"--parallelism must be at least 1, got {args.parallelism}")
     job = SeedJob(
         SeedConfig(
-            parse_source_url(args.source),
+            args.source,
             tuple(canonical_source(t) for t in args.tables),
             args.store,
             DEFAULT_CHUNK_ROWS if args.chunk_rows is None else args.chunk_rows,
@@ -146,7 +148,10 @@ def _seed(args: argparse.Namespace) -> int:
     )
     job.prepare()  # bad input fails here, before Spark starts and before anything is written
     master = args.master or (f"local[{args.parallelism}]" if args.parallelism else None)
-    report = run_spark_command("the seed failed", master, "sluice-seed", job.run)
+    try:
+        report = run_spark_command("the seed failed", master, "sluice-seed", job.run)
+    finally:
+        job.close()
     total = sum(len(plan.ranges) for plan in job.plans)
     print(f"read {report.chunks_read} of {total} chunks")
     for seeded in report.seeded:

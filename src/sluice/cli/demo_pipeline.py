@@ -177,7 +177,6 @@ def _start_bootstrap_job(
     relay_url: str, base: Path, source_url: str
 ) -> tuple[Any, threading.Thread]:
     from sluice.bootstrap.job import BootstrapJob, JobConfig  # noqa: PLC0415 - Spark is heavy
-    from sluice.capture.url import parse_source_url  # noqa: PLC0415
 
     print(
         "starting the Spark bootstrap job beside the relay: change log, snapshots, and a seed "
@@ -190,7 +189,7 @@ def _start_bootstrap_job(
             store=str(base / "store"),
             trigger_s=1.0,
             fold_every_s=5.0,
-            seed=parse_source_url(source_url),
+            seed=source_url,
             quiet=True,  # Spark's own output to its log file, not the demo's terminal
         )
     )

@@ -15,13 +15,11 @@ from zlib import crc32
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pymysql
 
 from sluice.bootstrap.seed.records import SeedRecords
 from sluice.bootstrap.store import BootstrapStore
-from sluice.capture.binlog.protocol import ConnectParams
-from sluice.capture.snapshot import KeyRange, read_chunk
-from sluice.errors import SourceError
+from sluice.capture.seeding import ChunkReader, KeyRange
+from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas import RowCodec, TableSchema
 
 SNAPSHOT_ARROW = pa.schema(
@@ -43,7 +41,7 @@ class ChunkTask:
     """Everything a Spark task needs (pickled to executors; the password travels with it)."""
 
     store: str
-    params: ConnectParams
+    reader: ChunkReader
     schema: TableSchema
     generation: int
     index: int
@@ -63,10 +61,11 @@ class ChunkResult:
 def run_chunk(task: ChunkTask) -> ChunkResult:
     try:
         return _run_chunk(task)
-    except pymysql.err.MySQLError as exc:  # the server went away, a timeout, a kill
+    except SourceSetupError:
+        raise
+    except SourceError as exc:  # the server went away, a timeout, a kill
         raise SourceError(
-            f"reading chunk {task.index} of {task.schema.source} failed ({exc.args[-1]}); "
-            "run the seed again: finished chunks are kept",
+            f"chunk {task.index}: {exc}; run the seed again: finished chunks are kept",
             source=task.schema.source,
         ) from None
 
@@ -78,7 +77,7 @@ def _run_chunk(task: ChunkTask) -> ChunkResult:
     source, generation = task.schema.source, task.generation
     target = store.path(*records.chunk_file(source, generation, task.index))
     tmp = f"{target}.{time.time_ns()}.tmp"  # a killed task leaves only an ignored temp file
-    read = read_chunk(task.params, task.schema, task.bounds, task.where)
+    read = task.reader.read(task.schema, task.bounds, task.where)
     encoder = _RowEncoder(RowCodec(task.schema), read.scn)
     rows = 0
     with (

@@ -12,23 +12,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-import pymysql
 
 from sluice.bootstrap.fold import blocked_by_gaps, check_coverage, fold
 from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, run_chunk
 from sluice.bootstrap.seed.records import Seeded, SeedPlan, SeedRecords
 from sluice.bootstrap.store import BootstrapStore, Gap
-from sluice.capture.metadata import end_scn
-from sluice.capture.snapshot import (
-    check_condition,
-    describe_for_seed,
-    open_snapshot,
-    plan_ranges,
-)
-from sluice.capture.url import SourceUrl
+from sluice.capture.seeding import ChunkReader, Seeder
+from sluice.capture.source import open_seeder
 from sluice.errors import ConfigError, SourceError, SourceSetupError
 from sluice.schemas import TableSchema
 
@@ -38,7 +30,7 @@ DEFAULT_CHUNK_ROWS = 50_000
 
 @dataclass(frozen=True, slots=True)
 class SeedConfig:
-    source: SourceUrl
+    source: str = field(repr=False)  # the source URL (it may hold a password)
     tables: tuple[str, ...]
     store: str
     chunk_rows: int = DEFAULT_CHUNK_ROWS
@@ -76,9 +68,12 @@ class SeedJob:
         self.progress = progress or (lambda _line: None)
         self.plans: list[SeedPlan] = []
         self.schemas: dict[str, TableSchema] = {}
+        self.seeder: Seeder | None = None
+        self.reader: ChunkReader | None = None
 
     # -- checks and plans (driver only) -------------------------------------------------------
     def prepare(self) -> list[SeedPlan]:
+        """Check and plan; the seeder stays open (its snapshot with it) until ``close()``."""
         meta = self.store.meta()
         unknown = [t for t in self.config.tables if t not in meta.sources]
         if unknown:
@@ -87,37 +82,41 @@ class SeedJob:
                 f"{', '.join(meta.sources)}); seed a store whose `bootstrap run` streams them"
             )
         try:
-            conn = self.config.source.params().connect()
-            try:
-                return self._plan_all(conn, min(meta.start_of(t) for t in self.config.tables))
-            finally:
-                conn.close()
+            self.seeder = open_seeder(self.config.source)
+            self._plan_all(self.seeder, min(meta.start_of(t) for t in self.config.tables))
+            self.reader = self.seeder.snapshot()
         except SourceSetupError as exc:  # login, privileges, table: the user's input to fix
+            self.close()
             raise ConfigError(str(exc), source=exc.source) from None
+        except BaseException:
+            self.close()
+            raise
+        return self.plans
 
-    def _plan_all(self, conn: pymysql.Connection[Any], log_start: int) -> list[SeedPlan]:
-        now = end_scn(conn)
+    def close(self) -> None:
+        """Release the source (an exported snapshot ends here)."""
+        if self.seeder is not None:
+            self.seeder.close()
+            self.seeder = None
+
+    def _plan_all(self, seeder: Seeder, log_start: int) -> None:
+        now = seeder.end_scn()
         if log_start > now:
             raise ConfigError(
                 f"store {self.store.uri} was made from another server (its log starts after "
-                f"SCN {log_start}, beyond this server's binlog end {now}); seed a store fed "
+                f"SCN {log_start}, beyond this server's end {now}); seed a store fed "
                 "by a relay of this server"
             )
-        open_snapshot(conn)  # fails early, with the fix, where snapshots give no SCN
-        conn.rollback()
         known = self.store.read_schemas()
         for table in self.config.tables:
             versions = [TableSchema.from_avro(v) for v in known.get(table, [])]
-            schema = _resolve_version(describe_for_seed(conn, table), versions)
-            if self.config.where:
-                check_condition(conn, table, self.config.where)
+            schema = _resolve_version(seeder.table(table, self.config.where), versions)
             self.schemas[table] = schema
-            self.plans.append(self._plan(conn, schema))
+            self.plans.append(self._plan(seeder, schema))
         # The store learns a seeded table's current schema if the relay has not seen it yet.
         self.store.merge_schemas({t: [s.to_avro()] for t, s in self.schemas.items()}, keep=True)
-        return self.plans
 
-    def _plan(self, conn: pymysql.Connection[Any], schema: TableSchema) -> SeedPlan:
+    def _plan(self, seeder: Seeder, schema: TableSchema) -> SeedPlan:
         source, cfg = schema.source, self.config
         generations = self.records.generations(source)
         seeded = self.records.seeded(source)
@@ -130,13 +129,15 @@ class SeedJob:
                 )
                 return plan
         generation = (generations[-1] + 1) if generations else 1
-        ranges = tuple(plan_ranges(conn, schema, cfg.chunk_rows))
+        ranges = tuple(seeder.plan(schema, cfg.chunk_rows))
         plan = SeedPlan(source, generation, schema.version, cfg.chunk_rows, cfg.where, ranges)
         self.records.write_plan(plan)
         return plan
 
     # -- the Spark part -----------------------------------------------------------------------
     def tasks(self) -> list[ChunkTask]:
+        if self.reader is None:
+            raise SourceError("the seed is not prepared (or was closed): prepare() first")
         out = []
         for plan in self.plans:
             done = self.records.done(plan.source, plan.generation)
@@ -145,7 +146,7 @@ class SeedJob:
                     out.append(
                         ChunkTask(
                             self.store.uri,
-                            self.config.source.params(),
+                            self.reader,
                             self.schemas[plan.source],
                             plan.generation,
                             index,
@@ -159,12 +160,15 @@ class SeedJob:
         started = time.monotonic()
         if not self.plans:
             self.prepare()
-        tasks = self.tasks()
-        total = sum(len(p.ranges) for p in self.plans)
-        reading = time.monotonic()
-        if tasks:
-            self._run_tasks(spark, tasks, total)
-        read_s = time.monotonic() - reading
+        try:
+            tasks = self.tasks()
+            total = sum(len(p.ranges) for p in self.plans)
+            reading = time.monotonic()
+            if tasks:
+                self._run_tasks(spark, tasks, total)
+            read_s = time.monotonic() - reading
+        finally:
+            self.close()
         seeded = tuple(self._finish(plan) for plan in self.plans)
         snapshot = fold(spark, self.store)
         blocked = tuple(blocked_by_gaps(spark, self.store).values())

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from sluice.bootstrap.store import BootstrapStore
-from sluice.capture.snapshot import KeyRange
+from sluice.capture.seeding import KeyRange
 from sluice.core.names import folder_name
 from sluice.errors import ConfigError
 

@@ -32,6 +32,7 @@ from sluice.capture.postgres.setup import (
 from sluice.capture.postgres.tables import CHANGE_TAGS, OP_C, OP_D, OP_U, PgTable, table_columns
 from sluice.capture.postgres.transcode import Slow
 from sluice.capture.postgres.types import column_kind
+from sluice.capture.seeding import Seeder
 from sluice.capture.source import (
     CapturedWindow,
     CaptureSettings,
@@ -56,6 +57,16 @@ log = logging.getLogger(__name__)
 class _PgInfo:
     def __init__(self, end_scn: int) -> None:
         self.end_scn = end_scn
+
+
+parse_url = parse_pg_url
+
+
+def open_seeder(url: str) -> Seeder:
+    """The ``Seeder`` of a PostgreSQL database (one exported snapshot for every chunk)."""
+    from sluice.capture.postgres.seed import PgSeeder  # noqa: PLC0415 - only seeding needs it
+
+    return PgSeeder(parse_pg_url(url))
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
@@ -316,9 +327,7 @@ class PostgresCapture:
             return [table.event(OP_D, old, None), table.event(OP_C, None, new)]
         return [table.event(OP_U, old, new)]
 
-    def _undecodable(
-        self, exc: DecodeError, table: PgTable, events: list[bytes], at: int
-    ) -> None:
+    def _undecodable(self, exc: DecodeError, table: PgTable, events: list[bytes], at: int) -> None:
         message = f"{exc} (WAL position {_lsn(at)})"
         undecodable(self.stats, self.settings.on_decode_error, table.source, message, events)
 

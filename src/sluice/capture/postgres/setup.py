@@ -74,7 +74,8 @@ def connect(url: PgUrl, **kwargs: Any) -> Any:
         conn = psycopg2.connect(**url.dsn(), **kwargs)
     except psycopg2.OperationalError as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-        if "password" in text or "authentication" in text or "does not exist" in text:
+        refused = ("password", "authentication", "does not exist", "replication role")
+        if any(word in text for word in refused):
             raise SourceSetupError(f"PostgreSQL refused the login: {text}") from None
         raise SourceConnectionError(f"cannot reach PostgreSQL: {text}") from None
     return conn

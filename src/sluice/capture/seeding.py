@@ -1,0 +1,80 @@
+"""The seam seeding reads through: a source kind's ``Seeder`` checks and describes tables and
+cuts them into primary-key ranges on the driver, and hands out a picklable ``ChunkReader``
+that Spark tasks use to read one range each in a consistent snapshot, stamped with the SCN
+that snapshot is consistent at.
+
+The seed job names no source kind: it calls ``open_seeder(url)`` (in ``capture/source.py``),
+which picks the implementation by the URL's scheme. Values come out canonical (what capture
+of that kind decodes), so the schema's own encoder gives the bytes the relay gives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from sluice.errors import SourceError
+from sluice.schemas import TableSchema
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRange:
+    """Rows with ``lower < key <= upper`` in the table's key order (None: unbounded). Bound
+    values are whatever the kind's reader takes back (JSON-recordable: ints, str, dates...)."""
+
+    lower: tuple[Any, ...] | None
+    upper: tuple[Any, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRead:
+    """An open chunk read: ``scn`` is known before the first row; iterate ``rows`` (canonical
+    values in the schema's column order). A failure while reading raises ``SourceError``."""
+
+    scn: int
+    rows: Iterator[list[Any]]
+
+
+class ChunkReader(Protocol):
+    """Reads chunks in the snapshot(s) the seeder opened; pickled to Spark's executors (the
+    password travels with it)."""
+
+    def read(self, schema: TableSchema, bounds: KeyRange, where: str | None) -> ChunkRead: ...
+
+
+class Seeder(Protocol):
+    """The driver's side of seeding one database; ``close()`` when the seed is over (an
+    exported snapshot lives until then)."""
+
+    def end_scn(self) -> int:
+        """The source's current end, as an SCN."""
+        ...
+
+    def table(self, source: str, where: str | None) -> TableSchema:
+        """The schema capture would register for ``source``; ``SourceSetupError`` when it
+        cannot be seeded exactly (no primary key, no snapshots, no SELECT, a bad ``where``)."""
+        ...
+
+    def plan(self, schema: TableSchema, chunk_rows: int) -> list[KeyRange]:
+        """Key ranges of about ``chunk_rows`` rows each, covering the whole key space."""
+        ...
+
+    def snapshot(self) -> ChunkReader:
+        """Open what chunk reads need (checks that snapshots give an SCN here)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+T = TypeVar("T")
+
+
+def guarded(
+    rows: Iterator[T], errors: tuple[type[BaseException], ...], what: Callable[[BaseException], str]
+) -> Iterator[T]:
+    """``rows``, with a driver's failure while reading turned into one ``SourceError``."""
+    try:
+        yield from rows
+    except errors as exc:
+        raise SourceError(what(exc)) from None
