@@ -1,4 +1,5 @@
-"""``sluice demo``: a private MariaDB, a workload, a relay and a consumer, checked at the end."""
+"""``sluice demo``: a private MariaDB (or PostgreSQL), a workload, a relay and consumers,
+checked at the end."""
 
 from __future__ import annotations
 
@@ -9,9 +10,16 @@ from typing import Any
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
-        help="run the whole pipeline on a private MariaDB and check it",
-        description="Start a private MariaDB, run a workload through a relay into "
-        "a consumer's replica, and check the replica equals the source.",
+        help="run the whole pipeline on a private MariaDB or PostgreSQL and check it",
+        description="Start a private MariaDB (or PostgreSQL), run a workload through a relay "
+        "into a consumer's replica, seed a Spark bootstrap store beside it, and check every "
+        "replica equals the source.",
+    )
+    p.add_argument(
+        "--source",
+        choices=("mariadb", "postgresql"),
+        default="mariadb",
+        help="the database the demo starts and captures (default mariadb)",
     )
     p.add_argument("--duration", type=float, default=20.0, help="workload seconds (default 20)")
     p.add_argument("--rate", type=int, default=200, help="transactions per second (default 200)")

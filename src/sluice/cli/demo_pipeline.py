@@ -1,4 +1,5 @@
-"""The demo pipeline: a private MariaDB, a workload, a relay and consumers, checked at the end."""
+"""The demo pipeline: a private MariaDB or PostgreSQL, a workload, a relay and consumers,
+checked at the end."""
 
 from __future__ import annotations
 
@@ -17,35 +18,12 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from sluice.cli.demo_sources import TABLES, DemoDatabase, demo_database
 from sluice.client import AsyncClient, ClientConfig, MemoryCheckpointStore, RetryPolicy
 from sluice.core.event import Event
 from sluice.errors import SluiceError
 from sluice.relay import Relay, RelayConfig
-from sluice.testing import PrivateMariaDB, ReplicaConsumer, table_rows
-
-TABLES = ("shop.customer", "shop.product", "shop.purchase")
-DDL = (
-    "CREATE DATABASE shop",
-    "CREATE TABLE shop.customer (id INT PRIMARY KEY, name VARCHAR(60) NOT NULL, "
-    "email VARCHAR(120), tier ENUM('free','pro','team'), created DATE)",
-    "CREATE TABLE shop.product (sku CHAR(8) PRIMARY KEY, title VARCHAR(100), "
-    "price DECIMAL(10,2), tags SET('new','sale','eco'), updated_at DATETIME(6))",
-    "CREATE TABLE shop.purchase (id BIGINT UNSIGNED PRIMARY KEY, customer_id INT, "
-    "sku CHAR(8), qty SMALLINT, paid_at TIMESTAMP(3) NULL, note JSON)",
-)
-
-# Rows that exist before the relay starts: only the seed brings them to consumers.
-EXISTING = (
-    "INSERT INTO shop.customer SELECT seq, CONCAT('Customer ', seq), "
-    "CONCAT('c', seq, '@example.com'), ELT(1 + seq % 3, 'free', 'pro', 'team'), "
-    "'2023-01-01' + INTERVAL seq % 365 DAY FROM seq_0_to_19999",
-    "INSERT INTO shop.product SELECT CONCAT('SKU', LPAD(seq, 5, '0')), CONCAT('Product ', seq), "
-    "seq % 1000 + 0.99, ELT(1 + seq % 3, '', 'new', 'sale,eco'), "
-    "'2023-06-01' + INTERVAL seq SECOND FROM seq_0_to_9999",
-    "INSERT INTO shop.purchase SELECT 10000000 + seq, seq % 20000, "
-    "CONCAT('SKU', LPAD(seq % 10000, 5, '0')), 1 + seq % 9, "
-    "'2023-06-01' + INTERVAL seq MINUTE, CONCAT('{\"old\": ', seq, '}') FROM seq_1_to_30000",
-)
+from sluice.testing import ReplicaConsumer
 
 
 class _LatencyReplica(ReplicaConsumer):
@@ -64,7 +42,8 @@ class _LatencyReplica(ReplicaConsumer):
 
 
 class _Workload:
-    def __init__(self, db: PrivateMariaDB, rate: int) -> None:
+    def __init__(self, db: DemoDatabase, rate: int) -> None:
+        self.db = db
         self.conn = db.connect()
         self.rate = rate
         self.rng = random.Random(42)
@@ -74,65 +53,24 @@ class _Workload:
 
     def run(self, duration: float) -> None:
         cur = self.conn.cursor()
-        cur.execute("SET time_zone = '+00:00'")
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline:
             started = time.monotonic()
-            self._transaction(cur)
+            self.db.transaction(cur, self.next_id, self.rng)
+            self.next_id += 1
             self.transactions += 1
             time.sleep(max(0.0, 1 / self.rate - (time.monotonic() - started)))
         self.conn.close()
         self.done.set()
 
-    def _transaction(self, cur: Any) -> None:
-        rng, n = self.rng, self.next_id
-        self.next_id += 1
-        cur.execute("BEGIN")
-        cur.execute(
-            "INSERT INTO shop.customer VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY "
-            "UPDATE tier=VALUES(tier)",
-            (
-                n % 500,
-                f"Customer {n % 500}",
-                f"c{n % 500}@example.com",
-                rng.choice(["free", "pro", "team"]),
-                dt.date(2024, 1, 1 + n % 28),
-            ),
-        )
-        sku = f"SKU{n % 300:05d}"
-        cur.execute(
-            "INSERT INTO shop.product VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6)) ON "
-            "DUPLICATE KEY UPDATE price=VALUES(price), updated_at=UTC_TIMESTAMP(6)",
-            (
-                sku,
-                f"Product {sku}",
-                f"{rng.randint(100, 99999) / 100:.2f}",
-                rng.choice(["", "new", "sale,eco"]),
-            ),
-        )
-        cur.execute(
-            "INSERT INTO shop.purchase VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(3), %s)",
-            (n, n % 500, sku, rng.randint(1, 9), f'{{"n": {n}}}'),
-        )
-        if n % 7 == 0:
-            cur.execute("DELETE FROM shop.purchase WHERE id = %s", (max(n - 50, 0),))
-        cur.execute("ROLLBACK" if n % 23 == 0 else "COMMIT")
-
 
 def run(args: argparse.Namespace) -> int:
     base = Path(tempfile.mkdtemp(prefix="sluice-demo-"))
     print(f"sluice demo: working in {base}")
-    db = PrivateMariaDB(base / "mariadb")
+    db = demo_database(args.source, base)
     try:
         db.start()
-        print(f"MariaDB started on 127.0.0.1:{db.port} (binlog ROW/FULL/FULL)")
-        with db.connect() as conn, conn.cursor() as cur:
-            for statement in DDL:
-                cur.execute(statement)
-            cur.execute("USE shop")
-            for statement in EXISTING:
-                cur.execute(statement)
-            cur.execute("COMMIT")
+        db.fill()
         print("tables filled with 60,000 rows before the relay starts")
         return asyncio.run(_pipeline(db, base, args))
     finally:
@@ -143,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
             shutil.rmtree(base, ignore_errors=True)
 
 
-async def _pipeline(db: PrivateMariaDB, base: Path, args: argparse.Namespace) -> int:
+async def _pipeline(db: DemoDatabase, base: Path, args: argparse.Namespace) -> int:
     config = RelayConfig(
         source=SecretStr(db.url), tables=list(TABLES), data_dir=base / "relay", port=0
     )
@@ -160,8 +98,13 @@ async def _pipeline(db: PrivateMariaDB, base: Path, args: argparse.Namespace) ->
         worker = threading.Thread(target=workload.run, args=(args.duration,), daemon=True)
         worker.start()
         await _progress(relay, client, workload)
-        target = relay.source_end_scn
-        await _wait(lambda: relay.stats()["capture"]["last_scn"] >= target, 60)
+        target = db.end_scn()  # the workload's last commit ends at or before it
+        await _wait(
+            lambda: (
+                max(relay.stats()["capture"][k] for k in ("last_scn", "source_end_scn")) >= target
+            ),
+            60,
+        )
         await _wait(lambda: client.scn >= relay.buffer.max_scn, 60)
         client.stop()
         await consumer
@@ -268,12 +211,12 @@ async def _progress(relay: Relay, client: AsyncClient, workload: _Workload) -> N
         )
 
 
-def _verify(db: PrivateMariaDB, replicas: dict[str, ReplicaConsumer], workload: _Workload) -> int:
+def _verify(db: DemoDatabase, replicas: dict[str, ReplicaConsumer], workload: _Workload) -> int:
     conn = db.connect()
     ok = True
     for name, replica in replicas.items():
         for source in TABLES:
-            truth, mine = table_rows(conn, source), replica.snapshot(source)
+            truth, mine = db.truth(conn, source), replica.snapshot(source)
             if name == "live consumer":
                 # It started with the relay: it holds the rows changed since, each as in the
                 # source (the rows from before come only through the seed).
