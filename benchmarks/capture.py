@@ -14,9 +14,9 @@ from pydantic import SecretStr
 
 from benchmarks.common import binlog_reader, table, write_results
 from sluice.capture import CapturedWindow
-from sluice.capture.metadata import end_scn
-from sluice.capture.mysql import MySQLCapture
-from sluice.core.scn import scn_position
+from sluice.capture.mysql.capture import MySQLCapture
+from sluice.capture.mysql.metadata import end_scn
+from sluice.capture.mysql.scn import scn_position
 from sluice.relay import RelayConfig
 from sluice.schemas import SchemaRegistry
 from sluice.testing import PrivateMariaDB, RelayThread
@@ -67,7 +67,7 @@ def _sluice(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
         if window.scn >= stop:
             done.set()
 
-    from sluice.capture import parse_source_url
+    from sluice.capture.mysql.url import parse_source_url
 
     capture = MySQLCapture(parse_source_url(db.url).params(), ("bench.t",), SchemaRegistry(), sink)
     began = time.perf_counter()

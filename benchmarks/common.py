@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sluice.core.scn import scn_position
+from sluice.capture.mysql.scn import scn_position
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from benchmarks.common import binlog_reader, table, write_results
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.client import AsyncClient, BaseConsumer, ClientConfig
 from sluice.core.event import Event
 from sluice.relay import Relay, RelayConfig

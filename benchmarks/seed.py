@@ -22,8 +22,7 @@ from benchmarks.common import table, write_results
 from sluice.bootstrap.job import spark_session
 from sluice.bootstrap.seed.job import SeedConfig, SeedJob
 from sluice.bootstrap.store import BootstrapStore
-from sluice.capture import parse_source_url
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.testing import PrivateMariaDB
 
 JAR = "/usr/share/java/mariadb-java-client.jar"
@@ -139,7 +138,7 @@ def _seed(db: PrivateMariaDB, work: Path, spark: Any, n: int, chunk_rows: int) -
     store = BootstrapStore(str(work / f"store{n}"))
     store.create(end_scn(conn), ("bench.big",))
     conn.close()
-    job = SeedJob(SeedConfig(parse_source_url(db.url), ("bench.big",), store.uri, chunk_rows))
+    job = SeedJob(SeedConfig(db.url, ("bench.big",), store.uri, chunk_rows))
     began = time.perf_counter()
     job.prepare()
     planned = time.perf_counter()

@@ -21,7 +21,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks.common import SMALL_TABLE_DDL, binlog_reader, fill_small_table, table, write_results
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.core.buffer import EventBuffer
 from sluice.core.wire import FrameParser, Heartbeat, read_window_header
 from sluice.relay.store import BUFFER_FILE

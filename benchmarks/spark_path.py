@@ -20,7 +20,7 @@ from sluice.bootstrap.fold import LOG_DDL, fold
 from sluice.bootstrap.job import spark_session
 from sluice.bootstrap.server import BootstrapServer
 from sluice.bootstrap.store import BootstrapStore
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.relay import RelayConfig
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.spark import register

@@ -13,7 +13,7 @@ from typing import Any
 
 import pymysql
 
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.client import Client, ClientConfig, MemoryCheckpointStore
 from sluice.client.checkpoints import CheckpointStore
 from sluice.client.consumer import Consumer, JsonConsumer

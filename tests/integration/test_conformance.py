@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayProcess, ReplicaConsumer
 from sluice.testing.postgres import PrivatePostgres
 from tests.integration.support import consume, get_json, wait_for

@@ -40,7 +40,7 @@ def _workload_thread(
 
 
 def _wait_relay_has(relay_url: str, conn: pymysql.Connection[Any]) -> int:
-    from sluice.capture.metadata import end_scn
+    from sluice.capture.mysql.metadata import end_scn
 
     target = end_scn(conn)
     wait_for(

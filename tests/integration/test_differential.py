@@ -21,13 +21,14 @@ import pytest
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from sluice.capture import CapturedWindow, parse_source_url
-from sluice.capture.binlog.values import shortest_float32
-from sluice.capture.metadata import end_scn
-from sluice.capture.mysql import MySQLCapture
-from sluice.capture.tables import TableDecoder
+from sluice.capture import CapturedWindow
+from sluice.capture.mysql.binlog.values import shortest_float32
+from sluice.capture.mysql.capture import MySQLCapture
+from sluice.capture.mysql.metadata import end_scn
+from sluice.capture.mysql.scn import scn_position
+from sluice.capture.mysql.tables import TableDecoder
+from sluice.capture.mysql.url import parse_source_url
 from sluice.core.event import Event
-from sluice.core.scn import scn_position
 from sluice.core.wire import encode_window
 from sluice.schemas import SchemaRegistry
 from sluice.schemas.columns import json_converter

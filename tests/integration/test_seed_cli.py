@@ -14,7 +14,7 @@ import pytest
 
 from sluice.bootstrap.reader import snapshot_rows
 from sluice.bootstrap.store import BootstrapStore
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.testing import PrivateMariaDB
 from sluice.testing.truth import table_rows
 from tests.integration.support import SLUICE, run_sluice, wait_for

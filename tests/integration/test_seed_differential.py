@@ -16,7 +16,7 @@ import pytest
 from sluice.bootstrap.seed.chunk import run_chunk
 from sluice.bootstrap.seed.job import SeedConfig, SeedJob
 from sluice.bootstrap.store import BootstrapStore
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.core import wire
 from sluice.core.event import Event
 from sluice.schemas import SchemaRegistry

@@ -10,7 +10,7 @@ from typing import Any
 
 import pymysql
 
-from sluice.capture.describe import describe_table
+from sluice.capture.mysql.describe import describe_table
 from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer
 from tests.integration.support import (
     assert_replica_equals,

@@ -10,7 +10,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from sluice.capture.tables import TableDecoder
+from sluice.capture.mysql.tables import TableDecoder
 from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer
 from tests.integration.support import (
     consume,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.capture.binlog import constants as t
-from sluice.capture.binlog.tablemap import BinlogColumn, TableMap
-from sluice.capture.tables import TableDecoder
+from sluice.capture.mysql.binlog import constants as t
+from sluice.capture.mysql.binlog.tablemap import BinlogColumn, TableMap
+from sluice.capture.mysql.tables import TableDecoder
 from sluice.errors import DecodeError
 from sluice.schemas import SchemaRegistry
 

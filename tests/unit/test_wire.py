@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sluice.capture.mysql.scn import make_scn, scn_file_no, scn_position
 from sluice.core import wire
 from sluice.core.checkpoint import (
     CatchUp,
@@ -14,7 +15,7 @@ from sluice.core.checkpoint import (
     decode_checkpoint,
     encode_checkpoint,
 )
-from sluice.core.scn import make_scn, parse_scn, scn_file_no, scn_position
+from sluice.core.scn import parse_scn
 from sluice.errors import CheckpointError, ConfigError, DecodeError
 
 events = st.lists(
@@ -124,5 +125,13 @@ def test_scn_arithmetic(file_no: int, pos: int) -> None:
 def test_design_brief_example_scn() -> None:
     assert make_scn(1, 318139) == 4295285435
     for bad in ("x", "-1", str(2**64)):
+        with pytest.raises(ConfigError):
+            parse_scn(bad)
+
+
+def test_an_lsn_and_a_binlog_position_parse_to_their_64_bit_scns() -> None:
+    assert parse_scn("16/B374D848") == 0x16 << 32 | 0xB374D848
+    assert parse_scn("0/0") == 0 and parse_scn("3:4") == 3 << 32 | 4
+    for bad in ("1/G", "1:2:3", "1:-2", f"1:{2**32}", "x/1", "/"):
         with pytest.raises(ConfigError):
             parse_scn(bad)

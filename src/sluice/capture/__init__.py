@@ -10,16 +10,13 @@ from sluice.capture.source import (
     known_schemes,
     open_capture,
 )
-from sluice.capture.url import SourceUrl, parse_source_url
 
 __all__ = [
     "CaptureSettings",
     "CaptureSource",
     "CaptureStats",
     "CapturedWindow",
-    "SourceUrl",
     "describe",
     "known_schemes",
     "open_capture",
-    "parse_source_url",
 ]

@@ -103,11 +103,20 @@ class CaptureSource(Protocol):
 # ``describe(url, source) -> TableSchema``, ``open_seeder(url) -> Seeder`` and
 # ``parse_url(url)`` (raises ``ConfigError``).
 _KINDS = {
-    "mysql": "sluice.capture.mysql",
-    "mariadb": "sluice.capture.mysql",
+    "mysql": "sluice.capture.mysql.capture",
+    "mariadb": "sluice.capture.mysql.capture",
     "postgresql": "sluice.capture.postgres.capture",
     "postgres": "sluice.capture.postgres.capture",
 }
+
+
+def bad_url(hint: str) -> ConfigError:
+    """An unparsable source URL, never in the parser's own words: they can quote part of the
+    password."""
+    return ConfigError(
+        "bad source URL: its HOST:PORT part is not valid (a password holding / # ? @ or : "
+        "must be percent-encoded, or given in SLUICE_SOURCE_PASSWORD); " + hint
+    )
 
 
 def known_schemes() -> tuple[str, ...]:

@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any, Protocol
 
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.metadata import end_scn
 from sluice.testing import PrivateMariaDB, table_rows
 from sluice.testing.truth import pg_table_rows
 

@@ -1,54 +1,34 @@
-"""SCN arithmetic for MySQL/MariaDB: ``(binlog file number << 32) | end position``."""
+"""Parsing an SCN a user gives: SCNs are source-neutral 64-bit integers, ordered as the
+source's log is (each source kind says how: MySQL ``capture/mysql/scn.py``, PostgreSQL the
+commit's end LSN)."""
 
 from __future__ import annotations
 
-import re
-
 from sluice.errors import ConfigError
 
-_POS_MASK = 0xFFFFFFFF
-_FILE_RE = re.compile(r"^(?P<base>.+)\.(?P<num>\d+)$")
-
-
-def make_scn(file_no: int, position: int) -> int:
-    """The SCN of a commit event in file ``file_no`` ending at byte ``position``."""
-    return (file_no << 32) | (position & _POS_MASK)
-
-
-def scn_file_no(scn: int) -> int:
-    return scn >> 32
-
-
-def scn_position(scn: int) -> int:
-    return scn & _POS_MASK
-
-
-def split_log_name(name: str) -> tuple[str, int]:
-    """``binlog.000012`` -> ``("binlog", 12)``."""
-    match = _FILE_RE.match(name)
-    if match is None:
-        raise ConfigError(f"not a binlog file name: {name!r} (expected BASE.NNNNNN)")
-    return match["base"], int(match["num"])
-
-
-def log_name(base: str, file_no: int) -> str:
-    return f"{base}.{file_no:06d}"
-
-
-def scn_of_log(name: str, position: int) -> int:
-    return make_scn(split_log_name(name)[1], position)
+_LOW_MASK = 0xFFFFFFFF
 
 
 def parse_scn(text: str) -> int:
-    """Parse a user-supplied SCN (decimal, or ``FILE:POS``)."""
+    """A user-supplied SCN: decimal, or the two 32-bit halves a log position is written in:
+    ``FILE:POS`` (a MySQL binlog file number and position) or ``HIGH/LOW`` (a PostgreSQL LSN,
+    hexadecimal, as ``pg_current_wal_lsn()`` prints it)."""
     text = text.strip()
     try:
         if ":" in text:
-            file_part, pos_part = text.split(":", 1)
-            return make_scn(int(file_part), int(pos_part))
-        value = int(text)
+            high, low = (int(part) for part in text.split(":", 1))
+        elif "/" in text:
+            high, low = (int(part, 16) for part in text.split("/", 1))
+        else:
+            high, low = -1, int(text)
     except ValueError:
-        raise ConfigError(f"not an SCN: {text!r} (expected a non-negative integer)") from None
-    if value < 0 or value >= 1 << 64:
-        raise ConfigError(f"SCN out of range: {value} (must be in 0..2**64-1)")
-    return value
+        raise ConfigError(
+            f"not an SCN: {text!r} (expected a non-negative integer, FILE:POS or an LSN X/Y)"
+        ) from None
+    if high >= 0:
+        if not (0 <= low <= _LOW_MASK and high <= _LOW_MASK):
+            raise ConfigError(f"SCN out of range: {text!r} (each half must fit 32 bits)")
+        return high << 32 | low
+    if low < 0 or low >= 1 << 64:
+        raise ConfigError(f"SCN out of range: {low} (must be in 0..2**64-1)")
+    return low

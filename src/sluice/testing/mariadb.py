@@ -15,7 +15,7 @@ from typing import Any
 
 import pymysql
 
-from sluice.capture.binlog.protocol import open_connection
+from sluice.capture.mysql.binlog.protocol import open_connection
 from sluice.errors import SluiceError
 
 _SEARCH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pymysql
 
-from sluice.capture.binlog.values import shortest_float32
+from sluice.capture.mysql.binlog.values import shortest_float32
 from sluice.core.names import split_source
 from sluice.schemas.columns import json_converter
 from sluice.testing.consumers import key_text

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg2
 
-from sluice.capture.url import bad_url
+from sluice.capture.source import bad_url
 from sluice.core.names import source_name, split_source
 from sluice.errors import ConfigError, SourceConnectionError, SourceSetupError
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pymysql
 
-from sluice.capture.metadata import json_columns
+from sluice.capture.mysql.metadata import json_columns
 from sluice.core.names import split_source
 from sluice.errors import SourceSetupError
 from sluice.schemas import Column, TableSchema

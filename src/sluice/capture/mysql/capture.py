@@ -12,11 +12,14 @@ from typing import Any
 
 import pymysql
 
-from sluice.capture.binlog import constants as t
-from sluice.capture.binlog.protocol import BinlogStream, ConnectParams, LogPositionError
-from sluice.capture.binlog.tablemap import parse_table_map
-from sluice.capture.describe import describe_table
-from sluice.capture.metadata import ServerInfo, check_server, column_info, end_scn
+from sluice.capture.mysql.binlog import constants as t
+from sluice.capture.mysql.binlog.protocol import BinlogStream, ConnectParams, LogPositionError
+from sluice.capture.mysql.binlog.tablemap import parse_table_map
+from sluice.capture.mysql.describe import describe_table
+from sluice.capture.mysql.metadata import ServerInfo, check_server, column_info, end_scn
+from sluice.capture.mysql.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
+from sluice.capture.mysql.tables import TableDecoder
+from sluice.capture.mysql.url import parse_source_url
 from sluice.capture.seeding import Seeder
 from sluice.capture.source import (
     CapturedWindow,
@@ -26,11 +29,8 @@ from sluice.capture.source import (
     run_supervised,
     undecodable,
 )
-from sluice.capture.tables import TableDecoder
-from sluice.capture.url import parse_source_url
 from sluice.core import wire
 from sluice.core.names import source_name, truncated_table
-from sluice.core.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
 from sluice.errors import (
     DecodeError,
     SluiceError,
@@ -66,7 +66,7 @@ parse_url = parse_source_url
 def open_seeder(url: str) -> Seeder:
     """The ``Seeder`` of a MariaDB server (chunks in ``START TRANSACTION WITH CONSISTENT
     SNAPSHOT``, stamped with ``binlog_snapshot_*``)."""
-    from sluice.capture.snapshot import MySQLSeeder  # noqa: PLC0415 - only seeding needs it
+    from sluice.capture.mysql.seed import MySQLSeeder  # noqa: PLC0415 - only seeding needs it
 
     return MySQLSeeder(parse_source_url(url).params())
 

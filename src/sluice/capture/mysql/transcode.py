@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 from zlib import crc32
 
-from sluice.capture.binlog import constants as t
-from sluice.capture.binlog.tablemap import BinlogColumn
-from sluice.capture.binlog.values import ValueDecoder, days_since_epoch
+from sluice.capture.mysql.binlog import constants as t
+from sluice.capture.mysql.binlog.tablemap import BinlogColumn
+from sluice.capture.mysql.binlog.values import ValueDecoder, days_since_epoch
 from sluice.core import wire
 from sluice.schemas.avro import key_formatter
 from sluice.schemas.codegen import run_generated

@@ -7,8 +7,8 @@ from typing import Any
 
 import pymysql
 
+from sluice.capture.mysql.scn import scn_of_log, split_log_name
 from sluice.core.names import split_source
-from sluice.core.scn import scn_of_log, split_log_name
 from sluice.errors import SourceSetupError
 
 # MySQL charset names -> Python codecs ("binary" is raw bytes).

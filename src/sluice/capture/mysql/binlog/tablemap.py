@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sluice.capture.binlog import constants as t
-from sluice.capture.binlog.reader import Reader
+from sluice.capture.mysql.binlog import constants as t
+from sluice.capture.mysql.binlog.reader import Reader
 from sluice.core.names import source_name
 from sluice.errors import DecodeError
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from sluice.capture.binlog import constants as t
-from sluice.capture.binlog.tablemap import BinlogColumn
+from sluice.capture.mysql.binlog import constants as t
+from sluice.capture.mysql.binlog.tablemap import BinlogColumn
 from sluice.errors import DecodeError
 
 ValueDecoder = Callable[[bytes, int], tuple[Any, int]]

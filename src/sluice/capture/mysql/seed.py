@@ -19,13 +19,13 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from sluice.capture.binlog.protocol import ConnectParams
-from sluice.capture.binlog.values import days_since_epoch, shortest_float32
-from sluice.capture.describe import describe_table
-from sluice.capture.metadata import end_scn
+from sluice.capture.mysql.binlog.protocol import ConnectParams
+from sluice.capture.mysql.binlog.values import days_since_epoch, shortest_float32
+from sluice.capture.mysql.describe import describe_table
+from sluice.capture.mysql.metadata import end_scn
+from sluice.capture.mysql.scn import scn_of_log
 from sluice.capture.seeding import ChunkRead, KeyRange, guarded
 from sluice.core.names import split_source
-from sluice.core.scn import scn_of_log
 from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas import Column, TableSchema
 from sluice.schemas.codegen import run_generated

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from typing import Any
 from zlib import crc32
 
-from sluice.capture.binlog import constants as t
-from sluice.capture.binlog.reader import Reader
-from sluice.capture.binlog.tablemap import BinlogColumn, TableMap
-from sluice.capture.binlog.values import make_decoder
-from sluice.capture.metadata import ColumnInfo
-from sluice.capture.transcode import ColumnPlan, build_transcoder
+from sluice.capture.mysql.binlog import constants as t
+from sluice.capture.mysql.binlog.reader import Reader
+from sluice.capture.mysql.binlog.tablemap import BinlogColumn, TableMap
+from sluice.capture.mysql.binlog.values import make_decoder
+from sluice.capture.mysql.metadata import ColumnInfo
+from sluice.capture.mysql.transcode import ColumnPlan, build_transcoder
 from sluice.core import wire
 from sluice.core.event import Op
 from sluice.errors import DecodeError

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
-from sluice.capture.binlog.protocol import ConnectParams
+from sluice.capture.mysql.binlog.protocol import ConnectParams
+from sluice.capture.source import bad_url
 from sluice.errors import ConfigError
 
 _HINT = "expected mysql://USER[:PASSWORD]@HOST:PORT"
@@ -28,15 +29,6 @@ class SourceUrl:
 
     def __str__(self) -> str:
         return self.redacted()
-
-
-def bad_url(hint: str) -> ConfigError:
-    """An unparsable source URL, never in the parser's own words: they can quote part of the
-    password."""
-    return ConfigError(
-        "bad source URL: its HOST:PORT part is not valid (a password holding / # ? @ or : "
-        "must be percent-encoded, or given in SLUICE_SOURCE_PASSWORD); " + hint
-    )
 
 
 def parse_source_url(url: str) -> SourceUrl:
