@@ -32,6 +32,7 @@ lint:
 	lint-imports
 
 bench: setup
+	$(PYTHON) -m pip install -q -e '.[bench]'
 	$(PYTHON) -m benchmarks
 
 demo: setup

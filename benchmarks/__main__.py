@@ -13,6 +13,9 @@ def main() -> int:
     capture.run()
     print("\n== PostgreSQL capture: rows/s over the same WAL ==")
     pg_capture.run()
+    print("\n== PostgreSQL capture vs Debezium's PostgreSQL connector ==")
+    # Its own process: JPype starts the JVM in the process, with Debezium's jars.
+    subprocess.run([sys.executable, "-m", "benchmarks.pg_debezium"], check=True)
     print("\n== PostgreSQL latency: commit to consumer at 100 commits/s ==")
     pg_latency.run()
     print("\n== end to end and serving ==")

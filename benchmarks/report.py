@@ -69,6 +69,11 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
         ("insert_1_per_txn", "PostgreSQL capture, single-row txns >= 3x psycopg2 typed (issue 10)"),
     ):
         add(label, pg.get(workload, {}).get("ratio_vs_psycopg2"), 3)
+    add(
+        "PostgreSQL capture >= 2x Debezium's PostgreSQL connector (issue 10)",
+        _load("pg_debezium").get("ratio_vs_debezium"),
+        2,
+    )
     pg_p99 = _load("pg_latency").get("sluice_relay_client", {}).get("p99_ms")
     add("PostgreSQL latency p99 <= 25 ms (issue 10)", pg_p99, 25.000001, below=True, unit=" ms")
     return rows
@@ -137,6 +142,26 @@ def render() -> str:
     pg = _load("pg_capture")
     if pg:
         parts += ["", _md(_pg_rows(pg))]
+    dbz = _load("pg_debezium")
+    if "sluice" in dbz:
+        parts += [
+            "",
+            _md(
+                [
+                    (
+                        f"PostgreSQL, {dbz['rows']:,} rows in {dbz['rows_per_txn']}-row txns",
+                        "rows/s",
+                        "rows/s after its first event",
+                    ),
+                    ("Sluice relay", _n(round(dbz["sluice"]["rows_per_s"])), "-"),
+                    (
+                        "Debezium PostgreSQL connector (embedded, JSON)",
+                        _n(round(dbz["debezium"]["rows_per_s"])),
+                        _n(round(dbz["debezium"]["rows_per_s_after_first_event"])),
+                    ),
+                ]
+            ),
+        ]
     pg_lat = _load("pg_latency")
     if pg_lat:
         ours, base = pg_lat["sluice_relay_client"], pg_lat["psycopg2_direct"]

@@ -107,3 +107,13 @@ def test_registry_versions_persist(tmp_path: Path) -> None:
     assert [s.version for s in again.versions("db.t")] == [1, 2]
     assert again.get("db.t", 1) == first
     assert TableSchema.from_avro(first.to_avro()) == first
+
+
+def test_a_schema_written_before_source_type_still_loads() -> None:
+    """Older ``.avsc`` files named the source's type ``sluice.mysql_type``."""
+    schema = TableSchema("shop.t", 1, (Column("id", "int", False, "int(11)"),), ("id",))
+    avro = schema.to_avro()
+    assert avro["fields"][0]["sluice.source_type"] == "int(11)"
+    old = dict(avro, fields=[dict(avro["fields"][0])])
+    old["fields"][0]["sluice.mysql_type"] = old["fields"][0].pop("sluice.source_type")
+    assert TableSchema.from_avro(old) == schema

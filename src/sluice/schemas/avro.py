@@ -9,7 +9,7 @@ from typing import Any
 
 from sluice.core.names import split_source
 from sluice.errors import SchemaError
-from sluice.schemas.columns import Column, avro_name, canonical_converter
+from sluice.schemas.columns import KIND, Column, avro_name
 from sluice.schemas.decoder import envelope_text, envelope_values, key_text, row_end
 from sluice.schemas.encoder import envelope_encoder
 
@@ -37,7 +37,7 @@ class TableSchema:
                 "type": col.avro_type(),
                 "sluice.column": col.name,
                 "sluice.kind": col.kind,
-                "sluice.mysql_type": col.mysql_type,
+                "sluice.source_type": col.source_type,
                 "sluice.nullable": col.nullable,
             }
             if col.kind == "decimal":
@@ -62,7 +62,8 @@ class TableSchema:
                     name=f["sluice.column"],
                     kind=f["sluice.kind"],
                     nullable=bool(f["sluice.nullable"]),
-                    mysql_type=f["sluice.mysql_type"],
+                    # "sluice.mysql_type": schemas written before PostgreSQL joined
+                    source_type=f.get("sluice.source_type", f.get("sluice.mysql_type", "")),
                     precision=f.get("sluice.precision", 0),
                     scale=f.get("sluice.scale", 0),
                 )
@@ -85,13 +86,14 @@ def _ns(source: str) -> str:
 def key_formatter(kind: str) -> Callable[[Any], str]:
     """A key column's canonical JSON text from its canonical value; None (a zero DATE or
     DATETIME in a key, which the JSON mapping makes null) is ``null``."""
-    if kind in ("int", "year", "bit"):
+    spec = KIND[kind]
+    if spec.wire == "long" and spec.json == "number":
         return lambda v: "null" if v is None else str(v)
-    if kind == "bool":
+    if spec.json == "bool":
         return lambda v: "null" if v is None else ("true" if v else "false")
-    if kind in ("string", "enum", "uuid", "inet6"):
+    if spec.json == "string":
         return lambda v: json.dumps(v, ensure_ascii=False)
-    convert = canonical_converter(kind)
+    convert = spec.canonical_json()
     return lambda v: (
         "null"
         if v is None

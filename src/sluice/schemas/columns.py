@@ -1,4 +1,7 @@
-"""Columns, their kinds, their Avro types and their JSON mapping (the design brief's table)."""
+"""Columns and the one registry of column kinds: for each kind, how its value travels in Avro,
+its Avro type, and how its JSON value is made (the design brief's table). The encoder, the
+decoders and the key formatter go by a kind's categories here, never by its name, so a new
+kind that fits them is one line below."""
 
 from __future__ import annotations
 
@@ -11,77 +14,174 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-KINDS = frozenset(
-    {
-        "int",
-        "uint64",
-        "float",
-        "double",
-        "decimal",
-        "string",
-        "enum",
-        "set",
-        "bytes",
-        "date",
-        "datetime",
-        "timestamp",
-        "time",
-        "year",
-        "bit",
-        "json",
-        "uuid",
-        "inet6",
-        "geometry",
-    }
-)
 _NAME_RE = re.compile(r"[^A-Za-z0-9_]")
+_EPOCH_DATE = dt.date(1970, 1, 1)
+_DAY_MICROS = 86_400_000_000
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+# -- JSON text of canonical values (also the generated decoders' converters) -----------------
+_days_text: dict[int, str] = {}
+
+
+def date_text(days: int) -> str:
+    """ISO date of days since 1970-01-01 (cached: tables hold few distinct dates)."""
+    text = _days_text.get(days)
+    if text is None:
+        if len(_days_text) > 1 << 16:
+            _days_text.clear()
+        text = _days_text[days] = (_EPOCH_DATE + dt.timedelta(days=days)).isoformat()
+    return text
+
+
+def datetime_text(micros: int) -> str:
+    """``datetime.isoformat()`` of microseconds since 1970, without building a datetime."""
+    days, rest = divmod(micros, _DAY_MICROS)
+    seconds, frac = divmod(rest, 1_000_000)
+    minutes, sec = divmod(seconds, 60)
+    hour, minute = divmod(minutes, 60)
+    if frac:
+        return f"{date_text(days)}T{hour:02d}:{minute:02d}:{sec:02d}.{frac:06d}"
+    return f"{date_text(days)}T{hour:02d}:{minute:02d}:{sec:02d}"
+
+
+def timestamp_text(micros: int) -> str:
+    return datetime_text(micros) + "Z"
+
+
+def time_text(micros: int) -> str:
+    sign = "-" if micros < 0 else ""
+    seconds, frac = divmod(abs(micros), 1_000_000)
+    minutes, sec = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    text = f"{sign}{hours:02d}:{minute:02d}:{sec:02d}"
+    return f"{text}.{frac:06d}" if frac else text
+
+
+# -- JSON values of what an Avro reader (fastavro) returns -----------------------------------
+def _timestamp_json(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat() + "Z"
+
+
+def _decimal_json(value: Decimal) -> str:
+    return format(value, "f")
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+# -- the registry ----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One column kind.
+
+    ``wire``: how a non-null value travels in Avro: ``long`` (zigzag varint; Avro int too),
+    ``double``, ``decimal`` (two's-complement bytes), ``bytes``, ``string``, ``strings`` (an
+    array of strings).
+    ``json``: how its JSON value is made from the Avro value: ``number`` (as is), ``bool``,
+    ``string`` (as is), ``quoted`` (a converter's text that needs no JSON escaping), ``value``
+    (a converter's JSON value: an int, a parsed document), ``members`` (a list of strings).
+    """
+
+    name: str
+    wire: str
+    avro: Any  # the Avro type of a non-null value; None: a decimal built from the column
+    json: str
+    spark: str | None  # the Spark SQL type of typed rows; None: a decimal from the column
+    from_avro: Callable[[Any], Any] = _identity  # what an Avro reader returns -> JSON
+    from_canonical: Callable[[Any], Any] | None = None  # capture's value -> JSON (None: as above)
+    zero_dates: bool = False  # holds zero dates, which map to null whatever the column says
+
+    def canonical_json(self) -> Callable[[Any], Any]:
+        return self.from_canonical or self.from_avro
+
+
+_LONG, _STRING = "long", "string"
+_DATE = {"type": "int", "logicalType": "date"}
+_LOCAL_MICROS = {"type": "long", "logicalType": "local-timestamp-micros"}
+_UTC_MICROS = {"type": "long", "logicalType": "timestamp-micros"}
+_UINT64 = {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 0}
+
+KIND: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("int", "long", _LONG, "number", "long"),
+        Kind("year", "long", _LONG, "number", "long"),
+        Kind("bit", "long", _LONG, "number", "long"),
+        Kind("bool", "long", _LONG, "bool", "boolean", bool),  # 0 or 1
+        Kind("time", "long", _LONG, "quoted", "string", time_text),  # signed microseconds
+        Kind("date", "long", _DATE, "quoted", "date", dt.date.isoformat, date_text, True),
+        Kind(
+            "datetime",
+            "long",
+            _LOCAL_MICROS,
+            "quoted",
+            "timestamp_ntz",
+            dt.datetime.isoformat,
+            datetime_text,
+            True,
+        ),
+        Kind(
+            "timestamp",
+            "long",
+            _UTC_MICROS,
+            "quoted",
+            "timestamp",
+            _timestamp_json,
+            timestamp_text,
+            True,
+        ),
+        Kind("float", "double", "double", "number", "double"),  # float32 values, shortest text
+        Kind("double", "double", "double", "number", "double"),
+        Kind("decimal", "decimal", None, "quoted", None, _decimal_json),
+        Kind("uint64", "decimal", _UINT64, "value", "decimal(20,0)", int),
+        Kind("bytes", "bytes", "bytes", "quoted", "binary", _b64),
+        Kind("geometry", "bytes", "bytes", "quoted", "binary", _b64),
+        Kind("string", "string", _STRING, "string", "string"),
+        Kind("enum", "string", _STRING, "string", "string"),
+        Kind("uuid", "string", _STRING, "string", "string"),
+        Kind("inet6", "string", _STRING, "string", "string"),
+        Kind("json", "string", _STRING, "value", "string", json.loads),
+        Kind("set", "strings", {"type": "array", "items": "string"}, "members", "array<string>"),
+    )
+}
+KINDS = frozenset(KIND)
+
+
+def kind_of(name: str) -> Kind:
+    return KIND[name]
 
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """A column of a captured table. ``kind`` picks the Avro type and the JSON mapping."""
+    """A column of a captured table. ``kind`` is the source-neutral logical type (it picks the
+    Avro type and the JSON mapping); ``source_type`` is the source's own type name
+    (``decimal(10,2)``, ``timestamp with time zone``)."""
 
     name: str
     kind: str
     nullable: bool
-    mysql_type: str
+    source_type: str
     precision: int = 0
     scale: int = 0
 
     def avro_type(self) -> Any:
-        base = _avro_base(self)
-        # Temporal columns can hold zero dates, which map to null whatever the column says.
-        if self.nullable or self.kind in ("date", "datetime", "timestamp"):
+        kind = KIND[self.kind]
+        base = kind.avro
+        if base is None:
+            base = {
+                "type": "bytes",
+                "logicalType": "decimal",
+                "precision": max(self.precision, 1),
+                "scale": self.scale,
+            }
+        if self.nullable or kind.zero_dates:
             return ["null", base]
         return base
-
-
-def _avro_base(col: Column) -> Any:
-    kind = col.kind
-    if kind in ("int", "year", "bit", "time", "bool"):
-        return "long"  # bool: 0 or 1
-    if kind in ("float", "double"):
-        return "double"
-    if kind == "decimal":
-        return {
-            "type": "bytes",
-            "logicalType": "decimal",
-            "precision": max(col.precision, 1),
-            "scale": col.scale,
-        }
-    if kind == "uint64":
-        return {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 0}
-    if kind in ("bytes", "geometry"):
-        return "bytes"
-    if kind == "date":
-        return {"type": "int", "logicalType": "date"}
-    if kind == "datetime":
-        return {"type": "long", "logicalType": "local-timestamp-micros"}
-    if kind == "timestamp":
-        return {"type": "long", "logicalType": "timestamp-micros"}
-    if kind == "set":
-        return {"type": "array", "items": "string"}
-    return "string"  # string, enum, json, uuid, inet6
 
 
 def avro_name(name: str, taken: set[str]) -> str:
@@ -97,74 +197,11 @@ def avro_name(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def _time_text(micros: int) -> str:
-    sign = "-" if micros < 0 else ""
-    seconds, frac = divmod(abs(micros), 1_000_000)
-    minutes, sec = divmod(seconds, 60)
-    hours, minute = divmod(minutes, 60)
-    text = f"{sign}{hours:02d}:{minute:02d}:{sec:02d}"
-    return f"{text}.{frac:06d}" if frac else text
-
-
-def _timestamp_text(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat() + "Z"
-
-
-def _decimal_text(value: Decimal) -> str:
-    return format(value, "f")
-
-
-def _b64(value: bytes) -> str:
-    return base64.b64encode(value).decode("ascii")
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-_TO_JSON: dict[str, Callable[[Any], Any]] = {
-    "uint64": int,
-    "decimal": _decimal_text,
-    "bytes": _b64,
-    "geometry": _b64,
-    "date": dt.date.isoformat,
-    "datetime": dt.datetime.isoformat,
-    "timestamp": _timestamp_text,
-    "time": _time_text,
-    "json": json.loads,
-    "bool": bool,
-}
-
-
 def json_converter(kind: str) -> Callable[[Any], Any]:
     """Turns a value read back from Avro into the design brief's JSON value."""
-    return _TO_JSON.get(kind, _identity)
-
-
-_EPOCH_DATE = dt.date(1970, 1, 1)
-_EPOCH = dt.datetime(1970, 1, 1)
-
-
-def _days_text(days: int) -> str:
-    return (_EPOCH_DATE + dt.timedelta(days=days)).isoformat()
-
-
-def _micros_text(micros: int) -> str:
-    return (_EPOCH + dt.timedelta(microseconds=micros)).isoformat()
-
-
-def _micros_utc_text(micros: int) -> str:
-    return _micros_text(micros) + "Z"
-
-
-_CANONICAL_TO_JSON: dict[str, Callable[[Any], Any]] = {
-    **_TO_JSON,
-    "date": _days_text,
-    "datetime": _micros_text,
-    "timestamp": _micros_utc_text,
-}
+    return KIND[kind].from_avro
 
 
 def canonical_converter(kind: str) -> Callable[[Any], Any]:
     """Turns a value as capture decodes it (before Avro) into the JSON value."""
-    return _CANONICAL_TO_JSON.get(kind, _identity)
+    return KIND[kind].canonical_json()

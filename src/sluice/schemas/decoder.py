@@ -1,7 +1,7 @@
 """Avro ``Row`` bytes -> the design brief's JSON mapping, generated once per schema version.
 
 Two outputs from one generator: JSON-mapped Python values (``Event.before``/``after``, what
-``fastavro`` plus ``json_converter`` give, several times faster) and JSON text (what
+``fastavro`` plus the kinds' ``from_avro`` give, several times faster) and JSON text (what
 ``json.JSONEncoder(ensure_ascii=False)`` writes for ``Event.to_json_dict()``, for JSON
 consumers such as ``sluice tail``). ``tests/unit/test_decoder.py`` checks both against
 fastavro and the encoder on every kind; the differential test on every MariaDB type.
@@ -18,7 +18,10 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from sluice.schemas.codegen import run_generated
-from sluice.schemas.columns import Column, json_converter
+from sluice.schemas.columns import (
+    KIND,
+    Column,
+)
 
 Row = dict[str, Any]
 RowValues = Callable[[bytes, int], tuple[Row, "Row | None", int]]
@@ -43,34 +46,6 @@ def read_long(data: bytes, pos: int) -> tuple[int, int]:
         value |= (b & 0x7F) << shift
         shift += 7
     return (value >> 1) ^ -(value & 1), pos
-
-
-_days_text: dict[int, str] = {}
-
-
-def date_text(days: int) -> str:
-    """ISO date of days since 1970-01-01 (cached: tables hold few distinct dates)."""
-    text = _days_text.get(days)
-    if text is None:
-        if len(_days_text) > 1 << 16:
-            _days_text.clear()
-        text = _days_text[days] = (_EPOCH + dt.timedelta(days=days)).isoformat()
-    return text
-
-
-def datetime_text(micros: int) -> str:
-    """``datetime.isoformat()`` of microseconds since 1970, without building a datetime."""
-    days, rest = divmod(micros, _DAY_MICROS)
-    seconds, frac = divmod(rest, 1_000_000)
-    minutes, sec = divmod(seconds, 60)
-    hour, minute = divmod(minutes, 60)
-    if frac:
-        return f"{date_text(days)}T{hour:02d}:{minute:02d}:{sec:02d}.{frac:06d}"
-    return f"{date_text(days)}T{hour:02d}:{minute:02d}:{sec:02d}"
-
-
-def timestamp_text(micros: int) -> str:
-    return datetime_text(micros) + "Z"
 
 
 def decimal_text(scale: int) -> Callable[[bytes], str]:
@@ -120,16 +95,6 @@ def _set_text(data: bytes, pos: int) -> tuple[str, int]:
     return "[" + ", ".join(map(encode_basestring, members)) + "]", pos
 
 
-_FROM_LONG: dict[str, Callable[[int], str]] = {
-    "time": json_converter("time"),
-    "date": date_text,
-    "datetime": datetime_text,
-    "timestamp": timestamp_text,
-}
-_LONG_KINDS = ("int", "year", "bit", "bool", *_FROM_LONG)
-_QUOTED = ("decimal", "bytes", "geometry", *_FROM_LONG)  # JSON strings that need no escaping
-
-
 class _Generator:
     """Statements per column reading its non-null Avro value at ``pos`` into ``v<i>``: the
     JSON-mapped value, or its JSON text when ``text``."""
@@ -146,47 +111,53 @@ class _Generator:
         }
 
     def column(self, i: int, col: Column) -> list[str]:
-        kind = col.kind
-        if kind in ("int", "year", "bit"):
-            as_text = f"; v{i} = str(v{i})" if self.text else ""
-            return [
-                "b = data[pos]",
-                f"if b < 128: v{i} = _T1[b]; pos += 1",
-                f"else: v{i}, pos = _L(data, pos){as_text}",
-            ]
-        if kind == "bool":  # a long, 0 or 1
-            value = '("true" if x else "false")' if self.text else "x != 0"
-            return [f"x, pos = _L(data, pos); v{i} = {value}"]
-        if kind in ("float", "double"):
+        kind = KIND[col.kind]
+        if kind.wire == "long":
+            return self._long(i, kind.json, kind.canonical_json())
+        if kind.wire == "double":
             value = "_float(x)" if self.text else "x"
             return [f"x = _unpack(data, pos)[0]; pos += 8; v{i} = {value}"]
-        if kind == "set":
+        if kind.wire == "strings":
             return [f"v{i}, pos = _set(data, pos)"]
-        if kind in _FROM_LONG:
-            self.env[f"_c{i}"] = _FROM_LONG[kind]
-            return [f"x, pos = _L(data, pos); v{i} = {self._quote(kind, f'_c{i}(x)')}"]
         read = [
             "n = data[pos]",
             "if n < 128: n >>= 1; pos += 1",
             "else: n, pos = _L(data, pos)",
             "r = data[pos : pos + n]; pos += n",
         ]
-        if kind in ("string", "enum", "uuid", "inet6"):
+        if kind.json == "string":
             return [*read, f"v{i} = _esc(r.decode())" if self.text else f"v{i} = r.decode()"]
         convert: Callable[[bytes], Any] = {
-            "decimal": decimal_text(col.scale),
-            "uint64": _uint64,
-            "json": _json,
-        }.get(kind, _base64)
+            ("decimal", "quoted"): decimal_text(col.scale),
+            ("decimal", "value"): _uint64,
+            ("string", "value"): _json,
+            ("bytes", "quoted"): _base64,
+        }[(kind.wire, kind.json)]
         self.env[f"_c{i}"] = convert
         value = f"_c{i}(r)"
-        if self.text and kind in ("uint64", "json"):
+        if self.text and kind.json == "value":
             self.env["_dump"] = _ENCODER.encode
             value = f"_dump({value})"
-        return [*read, f"v{i} = {self._quote(kind, value)}"]
+        return [*read, f"v{i} = {self._quote(kind.json, value)}"]
 
-    def _quote(self, kind: str, value: str) -> str:
-        return f"'\"' + {value} + '\"'" if self.text and kind in _QUOTED else value
+    def _long(self, i: int, style: str, convert: Callable[[int], Any]) -> list[str]:
+        """A zigzag varint: a number, a bool, or a converter's text (dates, times)."""
+        if style == "number":
+            as_text = f"; v{i} = str(v{i})" if self.text else ""
+            return [
+                "b = data[pos]",
+                f"if b < 128: v{i} = _T1[b]; pos += 1",
+                f"else: v{i}, pos = _L(data, pos){as_text}",
+            ]
+        if style == "bool":  # 0 or 1
+            value = '("true" if x else "false")' if self.text else "x != 0"
+            return [f"x, pos = _L(data, pos); v{i} = {value}"]
+        self.env[f"_c{i}"] = convert
+        return [f"x, pos = _L(data, pos); v{i} = {self._quote(style, f'_c{i}(x)')}"]
+
+    def _quote(self, style: str, value: str) -> str:
+        """In JSON text, a ``quoted`` converter's text (it needs no escaping) gets quotes."""
+        return f"'\"' + {value} + '\"'" if self.text and style == "quoted" else value
 
     def function(self, columns: Sequence[Column], result: str) -> Callable[..., Any]:
         lines = ["def row(data, pos):"]
@@ -259,11 +230,12 @@ def row_end(columns: Sequence[Column]) -> Callable[[bytes, int], int]:
 
 def _skip_lines(col: Column, indent: str) -> list[str]:
     """Statements moving ``pos`` past a non-null value of ``col`` (lengths only)."""
-    if col.kind in ("float", "double"):
+    wire = KIND[col.kind].wire
+    if wire == "double":
         return [f"{indent}pos += 8"]
-    if col.kind == "set":
+    if wire == "strings":
         return [f"{indent}_, pos = _set(data, pos)"]
-    if col.kind in _LONG_KINDS:
+    if wire == "long":
         return [f"{indent}while data[pos] & 0x80: pos += 1", f"{indent}pos += 1"]
     return [f"{indent}n, pos = _L(data, pos); pos += n"]
 

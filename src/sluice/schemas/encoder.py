@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from sluice.schemas.codegen import run_generated
-from sluice.schemas.columns import Column
+from sluice.schemas.columns import KIND, Column
 
 Encode = Callable[[Any], bytes]
 
@@ -86,24 +86,22 @@ def _set(members: list[str]) -> bytes:
 
 
 def column_encoder(col: Column) -> Encode:
-    """The Avro encoder of one column's non-null canonical value."""
-    kind = col.kind
-    if kind in ("int", "year", "bit", "time", "date", "datetime", "timestamp", "bool"):
-        return long
-    if kind in ("float", "double"):
-        return _double
-    if kind == "decimal":
-        return _decimal(col.scale)
-    if kind == "uint64":
-        return _decimal(0)
-    if kind in ("bytes", "geometry"):
-        return _bytes
-    if kind == "set":
-        return _set
-    return _string
+    """The Avro encoder of one column's non-null canonical value, by the kind's wire form."""
+    wire = KIND[col.kind].wire
+    if wire == "decimal":
+        base = col.avro_type()
+        base = base[1] if isinstance(base, list) else base
+        return _decimal(int(base["scale"]))
+    return _BY_WIRE[wire]
 
 
-_INT_KINDS = ("int", "year", "bit", "time", "date", "datetime", "timestamp", "bool")
+_BY_WIRE: dict[str, Encode] = {
+    "long": long,
+    "double": _double,
+    "bytes": _bytes,
+    "string": _string,
+    "strings": _set,
+}
 _SMALL_UNION = [b"\x02" + b for b in _SMALL]
 SMALL_VARINTS = _SMALL  # LEB128 of every n < 2**14
 SMALL_UNION_VARINTS = _SMALL_UNION  # the same behind a union's non-null branch byte
@@ -112,11 +110,12 @@ CONT14_VARINTS = _CONT14  # the low 14 bits of a longer LEB128 (continuation bit
 
 def _column_code(i: int, col: Column, nullable: bool, env: dict[str, Any]) -> list[str]:
     """Statements appending column ``i`` (value in ``x``) to ``out``; ints and strings inline."""
-    if col.kind in _INT_KINDS:
+    wire = KIND[col.kind].wire
+    if wire == "long":
         small = "_SU" if nullable else "_S"
         prefix = 'b"\\x02" + ' if nullable else ""
         body = ["z = (x << 1) ^ (x >> 63)", f"a({small}[z] if z < 16384 else {prefix}_V(z))"]
-    elif col.kind in ("string", "enum", "json", "uuid", "inet6"):
+    elif wire == "string":
         union = 'a(b"\\x02"); ' if nullable else ""
         body = [f"r = x.encode(); n = len(r) << 1; {union}a(_S[n] if n < 16384 else _V(n)); a(r)"]
     else:

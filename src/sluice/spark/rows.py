@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
+from sluice.schemas.columns import KIND
 
 GENERIC_DDL = (
     "scn long, source string, op string, ts timestamp, key string, before string, "
@@ -100,70 +101,60 @@ def gap_markers(sources: list[str], after: int, until: int) -> pa.RecordBatch:
 
 
 # -- typed rows ---------------------------------------------------------------------------------
-_SPARK = {
-    "int": "long",
-    "year": "long",
-    "bit": "long",
-    "float": "double",
-    "double": "double",
-    "bytes": "binary",
-    "geometry": "binary",
-    "date": "date",
-    "datetime": "timestamp_ntz",
-    "timestamp": "timestamp",
-    "set": "array<string>",
-    "bool": "boolean",
-    "uint64": "decimal(20,0)",
-}
-_ARROW = {
-    "int": pa.int64(),
-    "year": pa.int64(),
-    "bit": pa.int64(),
-    "float": pa.float64(),
+# Spark type of each kind (decimal: from the column); Arrow type of each Spark type.
+_ARROW: dict[str, pa.DataType] = {
+    "long": pa.int64(),
     "double": pa.float64(),
-    "bytes": pa.binary(),
-    "geometry": pa.binary(),
+    "binary": pa.binary(),
     "date": pa.date32(),
-    "datetime": pa.timestamp("us"),
+    "timestamp_ntz": pa.timestamp("us"),
     "timestamp": _TS,
-    "set": pa.list_(pa.string()),
-    "uint64": pa.decimal128(20, 0),
-    "bool": pa.bool_(),
+    "array<string>": pa.list_(pa.string()),
+    "decimal(20,0)": pa.decimal128(20, 0),
+    "boolean": pa.bool_(),
+    "string": pa.string(),
 }
 
 
 def _spark_type(col: Column) -> str:
-    if col.kind == "decimal":
-        return f"decimal({col.precision},{col.scale})"
-    return _SPARK.get(col.kind, "string")
+    spark = KIND[col.kind].spark
+    if spark is None:  # a decimal wider than Spark's 38 digits stays exact as text
+        return f"decimal({col.precision},{col.scale})" if col.precision <= 38 else "string"
+    return spark
 
 
 def _arrow_type(col: Column) -> pa.DataType:
-    if col.kind == "decimal":
-        return pa.decimal128(col.precision, col.scale) if col.precision <= 38 else pa.string()
-    return _ARROW.get(col.kind, pa.string())
+    spark = _spark_type(col)
+    if spark.startswith("decimal(") and spark not in _ARROW:
+        return pa.decimal128(col.precision, col.scale)
+    return _ARROW[spark]
 
 
 def typed_ddl(schema: TableSchema) -> str:
-    parts = [
-        f"`{c.name}` {_spark_type(c) if c.kind != 'decimal' or c.precision <= 38 else 'string'}"
-        for c in schema.columns
-    ]
+    parts = [f"`{c.name}` {_spark_type(c)}" for c in schema.columns]
     return ", ".join([*parts, "_scn long", "_op string", "_ts timestamp"])
 
 
-def _from_json(kind: str) -> Callable[[Any], Any]:
-    converters: dict[str, Callable[[Any], Any]] = {
-        "decimal": Decimal,
-        "uint64": Decimal,
-        "bytes": base64.b64decode,
-        "geometry": base64.b64decode,
-        "date": dt.date.fromisoformat,
-        "datetime": dt.datetime.fromisoformat,
-        "timestamp": lambda v: dt.datetime.fromisoformat(v.rstrip("Z")).replace(tzinfo=dt.UTC),
-        "json": lambda v: json.dumps(v, ensure_ascii=False),
-    }
-    return converters.get(kind, lambda v: v)
+# JSON value -> the Python value Arrow takes for that Spark type
+_FROM_JSON: dict[str, Callable[[Any], Any]] = {
+    "binary": base64.b64decode,
+    "date": dt.date.fromisoformat,
+    "timestamp_ntz": dt.datetime.fromisoformat,
+    "timestamp": lambda v: dt.datetime.fromisoformat(v.rstrip("Z")).replace(tzinfo=dt.UTC),
+}
+
+
+def _from_json(col: Column) -> Callable[[Any], Any]:
+    spark = _spark_type(col)
+    if spark.startswith("decimal("):
+        return Decimal
+    if spark == "string" and KIND[col.kind].json == "value":
+        return lambda v: json.dumps(v, ensure_ascii=False)  # a JSON document, kept as text
+    return _FROM_JSON.get(spark, _same)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 class TypedRows:
@@ -175,12 +166,7 @@ class TypedRows:
         fields = [pa.field(c.name, _arrow_type(c)) for c in schema.columns]
         fields += [pa.field("_scn", pa.int64()), pa.field("_op", pa.string()), pa.field("_ts", _TS)]
         self.schema = pa.schema(fields)
-        self.convert = [
-            _from_json(c.kind)
-            if _arrow_type(c) != pa.string() or c.kind == "json"
-            else (lambda v: v)
-            for c in schema.columns
-        ]
+        self.convert = [_from_json(c) for c in schema.columns]
         self.columns: list[list[Any]] = [[] for _ in fields]
 
     def __len__(self) -> int:

@@ -226,7 +226,7 @@ def _select_expr(col: Column) -> str:
         return f"CAST({name} AS DOUBLE)"  # a FLOAT's text is rounded to 6 digits
     if col.kind == "set":
         return f"CAST({name} AS CHAR)"  # the members, in definition order
-    if col.kind == "uint64" and col.mysql_type.startswith("bit"):
+    if col.kind == "uint64" and col.source_type.startswith("bit"):
         return f"CAST({name} AS UNSIGNED)"  # BIT(64) as its number
     return name
 

@@ -40,7 +40,7 @@ _SIMPLE = {
 
 
 def column_kind(col: BinlogColumn, codec: str | None, info: ColumnInfo | None) -> tuple[str, str]:
-    """``(kind, mysql_type)`` of a binlog column, refined by information_schema when it fits."""
+    """``(kind, source_type)`` of a binlog column, refined by information_schema when it fits."""
     ct = col.type
     if ct in _INT_NAMES:
         name = _INT_NAMES[ct] + (" unsigned" if col.unsigned else "")
@@ -87,12 +87,12 @@ class TableDecoder:
         plans: list[ColumnPlan] = []
         for col in table_map.columns:
             codec = _codec(col, collations)
-            kind, mysql_type = column_kind(col, codec, info.get(col.name))
+            kind, source_type = column_kind(col, codec, info.get(col.name))
             column = Column(
                 col.name,
                 kind,
                 col.nullable,
-                mysql_type,
+                source_type,
                 col.precision,
                 col.scale if kind == "decimal" else 0,
             )
@@ -162,7 +162,7 @@ class TableDecoder:
                     if problem:
                         col = self.codec.schema.columns[i]
                         return DecodeError(
-                            f"cannot decode column {col.name!r} ({col.mysql_type}) of row "
+                            f"cannot decode column {col.name!r} ({col.source_type}) of row "
                             f"{row} of {self.source}: {problem}",
                             source=self.source,
                         )

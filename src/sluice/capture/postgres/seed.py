@@ -168,7 +168,7 @@ def _undecodable(schema: TableSchema, converters: list[Any], raw: Sequence[Any])
                 convert(value)
         except (ValueError, OverflowError) as exc:
             return DecodeError(
-                f"cannot decode column {col.name!r} ({col.mysql_type}) of {schema.source}: "
+                f"cannot decode column {col.name!r} ({col.source_type}) of {schema.source}: "
                 f"{str(value)[:40]!r} ({exc})",
                 source=schema.source,
             )

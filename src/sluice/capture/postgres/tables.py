@@ -100,7 +100,7 @@ class PgTable:
                     out.append(convert(value))
                 except (ValueError, OverflowError) as exc:
                     raise DecodeError(
-                        f"cannot decode column {col.name!r} ({col.mysql_type}) of "
+                        f"cannot decode column {col.name!r} ({col.source_type}) of "
                         f"{self.source}: {str(value)[:40]!r} ({exc})",
                         source=self.source,
                     ) from None
