@@ -19,9 +19,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 BINARY_TYPE = "application/x-sluice-stream"
 
 
-def json_response(status: int, body: Any) -> web.Response:
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(
-        status=status, text=json.dumps(body) + "\n", content_type="application/json"
+        status=status,
+        text=json.dumps(body) + "\n",
+        content_type="application/json",
+        headers=headers,
     )
 
 
@@ -31,7 +34,7 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
     try:
         return await handler(request)
     except HttpProblem as exc:
-        return json_response(exc.status, exc.body)
+        return json_response(exc.status, exc.body, exc.headers)
     except web.HTTPException as exc:
         return json_response(exc.status, {"error": exc.reason})
     except (ConnectionResetError, asyncio.CancelledError):

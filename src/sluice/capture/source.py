@@ -7,6 +7,7 @@ The relay (and anything else that captures) names no source kind: it calls
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 from collections.abc import Callable
@@ -49,6 +50,8 @@ class CaptureStats:
     skipped_events: int = 0  # rows skipped (on_decode_error = "skip")
     # sources stopped by a row that cannot be decoded (on_decode_error = "stop_source")
     stopped_sources: dict[str, str] = field(default_factory=dict)
+    # a failure of this machine capture is waiting out (a full disk), None once it passed
+    local_error: str | None = None
     # what a source kind reports of its own (PostgreSQL: its slot's positions)
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -163,6 +166,10 @@ def open_seeder(url: str) -> Seeder:
     return opened
 
 
+# Failures on this machine, not the source's, that pass once the disk or descriptors free up.
+LOCAL_TRANSIENT = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE})
+
+
 def run_supervised(
     stream_once: Callable[[], None],
     stop: Any,
@@ -179,6 +186,7 @@ def run_supervised(
         try:
             stream_once()
             delay = 0.1
+            stats.local_error = None
         except transient as exc:
             if stop.is_set():
                 break
@@ -186,6 +194,18 @@ def run_supervised(
             stats.reconnects += 1
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             log.warning("%s lost (%s); reconnecting in %.1f s", what, text, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, 5.0)
+        except OSError as exc:
+            if exc.errno not in LOCAL_TRANSIENT or stop.is_set():
+                log.exception("capture failed")
+                _fail(stop, stats, on_fatal, SourceError(f"capture failed: {exc!r}"))
+                return
+            # A full disk or no descriptors here (a schema file could not be written): read
+            # again from the last commit once there is room.
+            stats.connected = False
+            stats.local_error = f"{exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}"
+            log.error("capture paused: %s; retrying in %.1f s", stats.local_error, delay)
             stop.wait(delay)
             delay = min(delay * 2, 5.0)
         except SluiceError as exc:

@@ -50,6 +50,12 @@ def add_parser(sub: Any) -> None:
         "on) or skip it",
     )
     add_password_file(p)
+    p.add_argument(
+        "--max-clients",
+        type=int,
+        metavar="N",
+        help="streams served at once; more get 503 + Retry-After (default 1000)",
+    )
     p.add_argument("--config", type=Path, metavar="FILE.toml", help="settings file")
     p.set_defaults(run=run)
 
@@ -67,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         since_scn=args.since_scn,
         buffer_size=args.buffer_size,
         on_decode_error=args.on_decode_error,
+        max_clients=args.max_clients,
     )
     relay = Relay(config)
     return asyncio.run(

@@ -41,6 +41,15 @@ class Cursor:
     epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One window record in the region: ``start..end``."""
+
+    scn: int
+    start: int
+    end: int
+
+
 class EventBuffer:
     """A circular buffer of window records; the caller owns ``mem`` and its lifetime."""
 
@@ -134,6 +143,15 @@ class EventBuffer:
 
         Raises ``BootstrapRequired`` when windows after ``since_scn`` were evicted.
         """
+        spans, cursor = self.spans(since_scn, max_bytes, cursor)
+        return [self._mem[span.start : span.end] for span in spans], cursor
+
+    def spans(
+        self, since_scn: int, max_bytes: int, cursor: Cursor | None = None
+    ) -> tuple[list[Span], Cursor | None]:
+        """Where the windows ``read`` would return lie, without copying them (each is one
+        contiguous record); valid until the next ``append``: copy them with ``copy`` and
+        check ``holds`` after each copy."""
         if since_scn < self.start_scn:
             raise BootstrapRequired(
                 f"SCN {since_scn} is older than the buffer holds (oldest servable SCN "
@@ -144,18 +162,26 @@ class EventBuffer:
         if since_scn >= self.max_scn:
             return [], cursor
         pos = self._seek(since_scn, cursor)
-        out: list[bytes] = []
+        out: list[Span] = []
         size, scn, end = 0, since_scn, pos
         while scn < self.max_scn and (not out or size < max_bytes):
             header = wire.read_window_header(self._mem[pos : pos + 40])
             end = pos + header.total_len
             scn = header.scn
             if scn > since_scn:
-                out.append(self._mem[pos:end])
+                out.append(Span(scn, pos, end))
                 size += header.total_len
             pos = self._next(end) if scn < self.max_scn else end
         # The cursor keeps the raw end: whether the next record wraps is only known once written.
         return out, Cursor(scn, end, self.epoch)
+
+    def copy(self, start: int, end: int) -> bytes:
+        """Bytes ``start..end`` of the region (part of a span)."""
+        return self._mem[start:end]
+
+    def holds(self, scn: int) -> bool:
+        """Whether the window at ``scn`` is still held (not evicted by later appends)."""
+        return scn > self.start_scn
 
     def _seek(self, since_scn: int, cursor: Cursor | None) -> int:
         if cursor is not None and cursor.epoch == self.epoch and cursor.scn == since_scn:

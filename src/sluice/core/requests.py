@@ -13,9 +13,12 @@ from sluice.errors import ConfigError
 class HttpProblem(Exception):
     """An HTTP error answer: status and a JSON body."""
 
-    def __init__(self, status: int, message: str, **extra: object) -> None:
+    def __init__(
+        self, status: int, message: str, headers: dict[str, str] | None = None, **extra: object
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}
         self.body: dict[str, object] = {"error": message, **extra}
 
 

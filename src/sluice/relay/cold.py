@@ -15,16 +15,13 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from sluice.capture import CapturedWindow, open_capture
 from sluice.core import wire
 from sluice.core.requests import HttpProblem
 from sluice.errors import SluiceError
 from sluice.relay.handoff import Handoff
-
-if TYPE_CHECKING:
-    from sluice.relay.relay import Relay
+from sluice.relay.view import RelayView
 
 log = logging.getLogger(__name__)
 MAX_COLD_READS = 2
@@ -33,7 +30,7 @@ MAX_COLD_READS = 2
 class ColdRead:
     """One cold range: ``async for record in cold.windows()``; ``close()`` always."""
 
-    def __init__(self, relay: Relay, since: int, until: int) -> None:
+    def __init__(self, relay: RelayView, since: int, until: int) -> None:
         self.relay, self.since, self.until = relay, since, until
         loop = asyncio.get_running_loop()
         self._queue: Handoff[CapturedWindow | SluiceError] = Handoff(loop, 64)

@@ -26,6 +26,8 @@ class RelayConfig(SluiceSettings):
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     long_poll_ms: int = Field(default=10_000, ge=0, le=300_000)
     capture_queue: int = Field(default=256, ge=1)
+    # Streams served at once; more get a fast 503 with Retry-After (/healthz, /stats exempt).
+    max_clients: int = Field(default=1000, ge=1)
     # A row capture cannot decode: stop capturing its table (the others go on), or skip it.
     on_decode_error: Literal["stop_source", "skip"] = "stop_source"
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -23,6 +24,8 @@ from sluice.schemas import SchemaRegistry
 from sluice.web import start_site
 
 log = logging.getLogger(__name__)
+# Failures a background task retries: they pass when the disk or the descriptors free up.
+_TRANSIENT = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.EIO})
 SILENT_MS = 5_000  # /healthz turns 503 after this long without a word from the source
 
 
@@ -49,6 +52,12 @@ class Relay(AsyncComponent):
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._started_at = time.time()
+        self.rejected_clients = 0
+        # requests streaming now, by id (for the bytes queued to them)
+        self.streams: dict[int, web.Request] = {}
+        self.task_errors: dict[str, str] = {}  # a background task failing now, and why
+        self.persisted_scn = 0
+        self.persist_failures = 0
 
     @property
     def buffer(self) -> EventBuffer:
@@ -79,8 +88,44 @@ class Relay(AsyncComponent):
         except BaseException:
             await self.stop()
             raise
-        self._tasks = [asyncio.create_task(self._ingest()), asyncio.create_task(self._persist())]
+        self.persisted_scn = store.persisted_scn() or 0
+        self._tasks = [
+            asyncio.create_task(self._supervised("ingest", self._ingest)),
+            asyncio.create_task(self._supervised("persist", self._persist)),
+        ]
         return self
+
+    async def _supervised(self, name: str, body: Callable[[], Awaitable[None]]) -> None:
+        """Run a background task for the relay's life: a transient failure (a full disk, out of
+        descriptors) is retried with backoff while ``/healthz`` says 503; anything else stops
+        capture (the relay then serves what it holds, ``/healthz`` 503)."""
+        delay = 0.1
+        while not self.stopping:
+            try:
+                await body()
+                return
+            except asyncio.CancelledError:
+                raise
+            except OSError as exc:
+                if exc.errno not in _TRANSIENT:
+                    await self._fail(name, exc)
+                    return
+                self.task_errors[name] = f"{exc.strerror or exc} ({name})"
+                if name == "persist":
+                    self.persist_failures += 1
+                log.error("%s failed: %s; retrying in %.1f s", name, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except Exception as exc:
+                await self._fail(name, exc)
+                return
+
+    async def _fail(self, name: str, exc: BaseException) -> None:
+        log.error("%s failed: %r; capture stops, the relay serves what it holds", name, exc)
+        self.task_errors[name] = f"{exc!r} ({name}, not retried)"
+        self.capture_error = SluiceError(f"{name} failed: {exc!r}")
+        if self._capture is not None:
+            await asyncio.to_thread(self._capture.stop)
 
     def capture_settings(self, sink: Callable[[CapturedWindow], None]) -> CaptureSettings:
         assert self._store is not None
@@ -149,8 +194,12 @@ class Relay(AsyncComponent):
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # release everything below even so
+                log.exception("a relay task failed")
         if self._runner is not None:
             await self._runner.cleanup()
         if self._store is not None:
@@ -200,7 +249,13 @@ class Relay(AsyncComponent):
             await self._dirty.wait()
             self._dirty.clear()
             scn = self.buffer.max_scn
-            await asyncio.to_thread(self._store.persist, scn)
+            try:
+                await asyncio.to_thread(self._store.persist, scn)
+            except BaseException:
+                self._dirty.set()  # persist it on the retry
+                raise
+            self.persisted_scn = scn
+            self.task_errors.pop("persist", None)
             if self._capture is not None:  # the source may release its log up to here
                 await asyncio.to_thread(self._capture.on_persisted, scn)
 
@@ -217,6 +272,14 @@ class Relay(AsyncComponent):
             "bytes": buffer.bytes_held,
             "buffer_capacity": buffer.capacity,
             "clients": self.clients,
+            "rejected_clients": self.rejected_clients,
+            "queued_bytes": self.queued_bytes(),
+            "rss_bytes": _rss_bytes(),
+            "persist": {
+                "persisted_scn": self.persisted_scn,
+                "error": self.task_errors.get("persist"),
+                "failures": self.persist_failures,
+            },
             "cold_reads": self.cold_reads,
             "bytes_served": self.bytes_served,
             "sources": list(self.tables),
@@ -232,11 +295,24 @@ class Relay(AsyncComponent):
                 "events": cap.events if cap else 0,
                 "reconnects": cap.reconnects if cap else 0,
                 "error": str(self.capture_error) if self.capture_error else None,
+                # a local failure (a full disk) capture waits out, reading again from the
+                # last commit
+                "paused": cap.local_error if cap and not cap.connected else None,
                 "stopped_sources": dict(cap.stopped_sources) if cap else {},
                 "skipped_events": cap.skipped_events if cap else 0,
                 "source": dict(cap.details) if cap else {},
             },
         }
+
+    def queued_bytes(self) -> int:
+        """Bytes written to streams that their clients have not read yet (kernel buffers
+        aside): bounded by a chunk per stream, as the streams wait for their clients."""
+        total = 0
+        for request in self.streams.values():
+            transport = request.transport
+            if transport is not None:
+                total += transport.get_write_buffer_size()
+        return total
 
     def _silent_ms(self, cap: Any) -> int:
         if cap is None:
@@ -249,7 +325,16 @@ class Relay(AsyncComponent):
         that has been unreachable or silent for more than ``SILENT_MS``."""
         if self.capture_error is not None:
             return {"status": "capture stopped", "error": str(self.capture_error)}
+        if self.task_errors:
+            return {
+                "status": "failing: " + ", ".join(sorted(self.task_errors)),
+                "error": "; ".join(self.task_errors.values()),
+                "persisted_scn": self.persisted_scn,
+                "max_scn": self.buffer.max_scn,
+            }
         capture = self.stats()["capture"]
+        if capture["paused"]:
+            return {"status": "capture paused", "error": capture["paused"]}
         if capture["stopped_sources"]:
             return {
                 "status": "capture of some sources stopped",
@@ -276,6 +361,11 @@ class Relay(AsyncComponent):
             ("buffer_bytes", "gauge", s["bytes"]),
             ("buffer_capacity_bytes", "gauge", s["buffer_capacity"]),
             ("clients", "gauge", s["clients"]),
+            ("rejected_clients_total", "counter", s["rejected_clients"]),
+            ("queued_bytes", "gauge", s["queued_bytes"]),
+            ("rss_bytes", "gauge", s["rss_bytes"]),
+            ("persisted_scn", "gauge", s["persist"]["persisted_scn"]),
+            ("persist_failures_total", "counter", s["persist"]["failures"]),
             ("served_bytes_total", "counter", s["bytes_served"]),
             ("captured_windows_total", "counter", cap["windows"]),
             ("captured_events_total", "counter", cap["events"]),
@@ -285,3 +375,12 @@ class Relay(AsyncComponent):
             ("capture_stopped_sources", "gauge", len(cap["stopped_sources"])),
             ("capture_skipped_events_total", "counter", cap["skipped_events"]),
         ]
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory now (Linux), or 0 where /proc has no answer."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

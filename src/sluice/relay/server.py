@@ -3,28 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from sluice.core import wire
-from sluice.core.buffer import EventBuffer
+from sluice.core.buffer import EventBuffer, Span
 from sluice.core.requests import HttpProblem, StreamRequest, parse_offsets, parse_stream
 from sluice.errors import BootstrapRequired, SchemaError
 from sluice.relay.cold import MAX_COLD_READS, ColdRead
-from sluice.schemas.events import decode_window
+from sluice.relay.view import RelayView
+from sluice.schemas.events import json_lines
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text
 
-if TYPE_CHECKING:
-    from sluice.relay.relay import Relay
-
 log = logging.getLogger(__name__)
+# A stream reads and writes at most this much at a time, and writes the next chunk only once
+# its client has taken the last: a stream's memory is bounded by it, whatever ``max_bytes``.
+CHUNK_BYTES = 256 * 1024
 
 
-def make_app(relay: Relay) -> web.Application:
+def make_app(relay: RelayView) -> web.Application:
     app = web.Application(middlewares=[errors_as_json])
     api = _Api(relay)
     app.router.add_get("/stream", api.stream)
@@ -38,7 +37,7 @@ def make_app(relay: Relay) -> web.Application:
 
 
 class _Api:
-    def __init__(self, relay: Relay) -> None:
+    def __init__(self, relay: RelayView) -> None:
         self.relay = relay
 
     async def offsets(self, request: web.Request) -> web.Response:
@@ -100,6 +99,14 @@ class _Api:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         relay = self.relay
+        if relay.clients >= relay.config.max_clients:
+            relay.rejected_clients += 1
+            raise HttpProblem(
+                503,
+                f"this relay serves {relay.config.max_clients} streams at once (max_clients); "
+                "retry in a second",
+                headers={"Retry-After": "1"},
+            )
         req = parse_stream(
             request.query,
             frozenset(relay.tables),
@@ -142,15 +149,20 @@ class _Api:
                 "Cache-Control": "no-store",
             }
         )
-        await response.prepare(request)
         relay.clients += 1
+        relay.streams[id(request)] = request
         try:
+            await response.prepare(request)
             await body(_Streamer(relay, req, response))
             await response.write_eof()
+        except _Evicted:
+            if request.transport is not None:
+                request.transport.abort()  # a cut stream, never a clean end
         except (ConnectionResetError, ConnectionError):
             pass  # the client went away
         finally:
             relay.clients -= 1
+            del relay.streams[id(request)]
         return response
 
     async def _cold(self, request: web.Request, req: StreamRequest) -> web.StreamResponse:
@@ -191,9 +203,10 @@ def _held_windows(buffer: EventBuffer, since_scn: int) -> Iterator[bytes]:
 
 
 class _Streamer:
-    """Writes windows after ``since_scn`` until ``max_bytes`` or the long-poll timeout."""
+    """Writes windows after ``since_scn`` until ``max_bytes`` or the long-poll timeout, a chunk
+    at a time: each write waits until the client has taken the previous one."""
 
-    def __init__(self, relay: Relay, req: StreamRequest, response: web.StreamResponse) -> None:
+    def __init__(self, relay: RelayView, req: StreamRequest, response: web.StreamResponse) -> None:
         self.relay = relay
         self.req = req
         self.response = response
@@ -206,14 +219,17 @@ class _Streamer:
         scn, cursor, beat = req.since_scn, None, -1
         while self.sent < req.max_bytes and not relay.stopping:
             changed = relay.changed
+            buffer = relay.buffer
             try:
-                windows, cursor = relay.buffer.read(scn, req.max_bytes - self.sent, cursor)
+                limit = min(req.max_bytes - self.sent, CHUNK_BYTES)
+                spans, cursor = buffer.spans(scn, limit, cursor)
             except BootstrapRequired:
                 return  # overtaken while streaming: the next request gets the 410
-            if windows:
+            if spans:
                 assert cursor is not None
+                for span in spans:
+                    await self._send_span(buffer, span)
                 scn = cursor.scn
-                await self.send(windows)
                 continue
             if not req.json and beat != scn:
                 await self.response.write(wire.encode_heartbeat(scn))
@@ -226,18 +242,59 @@ class _Streamer:
             except TimeoutError:
                 return
 
+    async def _send_span(self, buffer: EventBuffer, span: Span) -> None:
+        """One window. Raw, it is copied out of the buffer a chunk at a time (a big
+        transaction never sits whole in memory per client); a filtered or JSON stream needs
+        the whole window, copied once. Each copy is checked against eviction before it is
+        sent: a window overwritten while its client lagged cuts the stream (the client's retry
+        then gets the 410)."""
+        if self.req.json or not self.req.filter.is_open:
+            record = buffer.copy(span.start, span.end)
+            _check_held(buffer, span)
+            await self.send([record])
+            return
+        for start in range(span.start, span.end, CHUNK_BYTES):
+            piece = buffer.copy(start, min(start + CHUNK_BYTES, span.end))
+            _check_held(buffer, span)
+            self.sent += len(piece)
+            self.relay.bytes_served += len(piece)
+            await self.response.write(piece)
+
     async def send(self, windows: list[bytes]) -> None:
         kept = [w for w in (wire.filter_window(w, self.req.filter) for w in windows) if w]
         if not kept:
             return
-        data = self.json_response(kept) if self.req.json else b"".join(kept)
-        self.sent += len(data)
-        self.relay.bytes_served += len(data)
-        await self.response.write(data)
+        if not self.req.json:
+            data = b"".join(kept)
+            self.sent += len(data)
+            self.relay.bytes_served += len(data)
+            await self.response.write(data)
+            return
+        for data in self.json_chunks(kept):
+            self.sent += len(data)
+            self.relay.bytes_served += len(data)
+            await self.response.write(data)
 
-    def json_response(self, windows: list[bytes]) -> bytes:
-        lines = []
+    def json_chunks(self, windows: list[bytes]) -> Iterator[bytes]:
+        """The windows' events as JSON lines, in chunks of about ``CHUNK_BYTES``."""
+        lines: list[str] = []
+        size = 0
         for window in windows:
-            for event in decode_window(window, self.relay.registry.codec).events:
-                lines.append(json.dumps(event.to_json_dict(), ensure_ascii=False))
-        return ("\n".join(lines) + "\n").encode()
+            for text in json_lines(window, self.relay.registry.codec):
+                line = text + "\n"
+                lines.append(line)
+                size += len(line)
+                if size >= CHUNK_BYTES:
+                    yield "".join(lines).encode()
+                    lines, size = [], 0
+        if lines:
+            yield "".join(lines).encode()
+
+
+class _Evicted(ConnectionResetError):
+    """The window being sent was overwritten: the stream is cut, not finished."""
+
+
+def _check_held(buffer: EventBuffer, span: Span) -> None:
+    if not buffer.holds(span.scn):
+        raise _Evicted(f"window {span.scn} was evicted while its client lagged")

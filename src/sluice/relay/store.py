@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import mmap
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -17,6 +19,24 @@ log = logging.getLogger(__name__)
 
 BUFFER_FILE = "events.buf"
 STATE_FILE = "relay-state.json"
+
+
+def _allocate(fd: int, size: int, path: Path) -> None:
+    """Give the buffer file every block now: a sparse file fails later, on a full disk, with
+    SIGBUS in the middle of a write, with nothing logged."""
+    os.ftruncate(fd, size)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            free = shutil.disk_usage(path.parent).free
+            raise ConfigError(
+                f"no room for the event buffer {path}: it needs {size:,} bytes and its disk "
+                f"has {free:,} free; free some space or lower --buffer-size"
+            ) from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+        log.warning("cannot reserve %s on this file system: a full disk may stop the relay", path)
 
 
 class BufferStore:
@@ -38,7 +58,7 @@ class BufferStore:
         existed = path.exists() and path.stat().st_size == size
         try:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.ftruncate(self._fd, size)
+            _allocate(self._fd, size, path)
             self._mmap = mmap.mmap(self._fd, size)
         except OSError as exc:
             raise ConfigError(

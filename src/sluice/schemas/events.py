@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from sluice.core import wire
 from sluice.core.event import Event, JsonWindow, Window
@@ -39,18 +39,23 @@ def decode_window(record: bytes, codec_for: CodecLookup) -> Window:
 def window_json(record: bytes, codec_for: CodecLookup) -> JsonWindow:
     """A window record as JSON lines, straight from Avro to text (``sluice tail``'s path)."""
     header = wire.read_window_header(record)
+    return JsonWindow(header.scn, header.ts_ms, tuple(json_lines(record, codec_for)))
+
+
+def json_lines(record: bytes, codec_for: CodecLookup) -> Iterator[str]:
+    """The window's events as JSON lines (no newline), one at a time: what
+    ``json.dumps(event.to_json_dict(), ensure_ascii=False)`` gives, without the events."""
+    header = wire.read_window_header(record)
     scn, ts = f'{{"scn": {header.scn}, "source": ', f', "ts_ms": {header.ts_ms}, "schema_version": '
-    lines = []
     for raw in wire.decode_events(record):
         if raw.op == "t":
             key = before = after = "null"
         else:
             key, before, after = codec_for(raw.source, raw.schema_version).decode_text(raw.payload)
-        lines.append(
+        yield (
             f'{scn}{_source_text(raw.source)}, "op": "{raw.op}", "key": {key}, '
             f'"before": {before}, "after": {after}{ts}{raw.schema_version}}}'
         )
-    return JsonWindow(header.scn, header.ts_ms, tuple(lines))
 
 
 _sources: dict[str, str] = {}

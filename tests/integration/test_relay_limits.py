@@ -1,0 +1,191 @@
+"""A relay under hostile load and a full disk (issue 11): unread whole-buffer streams keep its
+memory bounded, clients beyond ``max_clients`` get a fast 503 while ``/healthz`` answers, a
+full disk is a clear error at start and a failing persist turns ``/healthz`` 503 until the
+disk has room again, with nothing lost."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.testing import PrivateMariaDB, RelayProcess, RelayThread
+from tests.integration.support import get_json, relay_config, run_sluice, wait_for
+
+
+def _anon_rss(pid: int) -> int:
+    """Anonymous resident memory (copies, not the buffer file's shared pages), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no RssAnon in /proc")
+
+
+def _unread_stream(port: int, query: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.sendall(f"GET /stream?{query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return sock
+
+
+def test_unread_whole_buffer_streams_keep_memory_bounded(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(200))")
+    source = f"{database}.t"
+    relay = RelayProcess(
+        [
+            "--source", mariadb.url, "--table", source, "--port", "0",
+            "--data-dir", str(tmp_path / "r"), "--buffer-size", str(96 << 20),
+        ],
+        tmp_path / "relay.log",
+    ).start()  # fmt: skip
+    try:
+        start = get_json(relay.url + "/stats")["max_scn"]
+        with conn.cursor() as cur:  # ~40 MB of windows
+            for n in range(10):
+                cur.execute(
+                    f"INSERT INTO t SELECT seq, REPEAT('x', 180) FROM seq_{n * 20000 + 1}_to_"
+                    f"{(n + 1) * 20000}"
+                )
+        wait_for(lambda: get_json(relay.url + "/stats")["events"] >= 200_000, 120, "capture")
+        assert relay.proc is not None
+        port = int(relay.url.rsplit(":", 1)[1])
+        before = _anon_rss(relay.proc.pid)
+        socks = [
+            _unread_stream(port, f"since_scn={start}&max_bytes=268435456{fmt}")
+            for fmt in ("",) * 10 + ("&format=json",) * 2
+        ]
+        wait_for(lambda: get_json(relay.url + "/stats")["clients"] == 12, 30, "12 streams")
+        stats = get_json(relay.url + "/stats")
+        grown = _anon_rss(relay.proc.pid) - before
+        # The documented bound: a stream holds at most one chunk (and its JSON) at a time.
+        # The documented bound: ~1 MiB per raw stream; a JSON stream also holds the window it
+        # is sending (here one 4 MB transaction). A copy per client would be 12 x 40 MB.
+        bound = 10 * (1 << 20) + 2 * (5 << 20) + (12 << 20)
+        assert grown < bound, f"{grown >> 20} MiB for 12 unread streams"
+        assert stats["bytes"] > 30 << 20 and stats["rss_bytes"] > 0
+        assert 0 < stats["queued_bytes"] < 12 << 20
+        assert get_json(relay.url + "/healthz")["status"] == "ok"
+        for sock in socks:
+            sock.close()
+        wait_for(lambda: get_json(relay.url + "/stats")["clients"] == 0, 30, "streams closed")
+    finally:
+        relay.stop()
+        conn.close()
+
+
+def _status(url: str) -> tuple[int, dict[str, str]]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, dict(resp.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers)
+
+
+def test_clients_beyond_max_clients_get_a_fast_503_while_healthz_answers(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    config = relay_config(mariadb, [f"{database}.t"], tmp_path / "r", max_clients=2)
+    with RelayThread(config) as relay:
+        scn = get_json(relay.url + "/stats")["max_scn"]
+        port = relay.relay.port
+        polls = [_unread_stream(port, f"since_scn={scn}&timeout_ms=20000") for _ in range(2)]
+        wait_for(lambda: get_json(relay.url + "/stats")["clients"] == 2, 30, "two long polls")
+        status, headers = _status(relay.url + f"/stream?since_scn={scn}&timeout_ms=0")
+        assert status == 503 and headers.get("Retry-After") == "1"
+        assert _status(relay.url + "/healthz")[0] == 200
+        assert get_json(relay.url + "/stats")["rejected_clients"] == 1
+        for sock in polls:
+            sock.close()
+        wait_for(lambda: get_json(relay.url + "/stats")["clients"] == 0, 30, "polls closed")
+        assert _status(relay.url + f"/stream?since_scn={scn}&timeout_ms=0")[0] == 200
+    conn.close()
+
+
+@contextlib.contextmanager
+def _tmpfs(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must be able to mount a small tmpfs (root): {mounted.stderr}")
+        pytest.skip(f"cannot mount a tmpfs here (not root?): {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_full_disk_at_start_is_one_clear_line(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    with _tmpfs(tmp_path / "small", "2m") as small:
+        result = run_sluice(
+            "relay", "--source", mariadb.url, "--table", f"{database}.t", "--port", "0",
+            "--data-dir", str(small / "r"), "--buffer-size", str(8 << 20),
+        )  # fmt: skip
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "no room" in lines[0] and "--buffer-size" in lines[0]
+
+
+def test_a_failing_persist_turns_healthz_503_and_recovers_with_nothing_lost(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    with _tmpfs(tmp_path / "small", "3m") as small:
+        config = relay_config(mariadb, [f"{database}.t"], small / "r", buffer_size=1 << 20)
+        with RelayThread(config) as relay:
+            with conn.cursor() as cur:  # its schema file is written before the disk fills
+                cur.execute("INSERT INTO t VALUES (0)")
+            wait_for(lambda: get_json(relay.url + "/stats")["events"] == 1, 30, "a first row")
+            filler = small / "filler"
+            with contextlib.suppress(OSError), filler.open("wb") as out:
+                while True:  # fill the disk, as another process would
+                    out.write(b"\0" * (64 << 10))
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO t VALUES (1), (2), (3)")
+
+            def failing() -> Any:
+                status, _ = _status(relay.url + "/healthz")
+                return status == 503 and get_json(relay.url + "/stats")["persist"]["error"]
+
+            wait_for(failing, 30, "/healthz to report the failing persist")
+            assert get_json(relay.url + "/stats")["events"] == 4  # capture goes on
+            stats = get_json(relay.url + "/stats")
+            assert "No space left" in stats["persist"]["error"]
+            assert stats["persist"]["persisted_scn"] < stats["max_scn"]
+            filler.unlink()
+            wait_for(lambda: _status(relay.url + "/healthz")[0] == 200, 60, "recovery")
+            stats = get_json(relay.url + "/stats")
+            assert stats["persist"] == {
+                "persisted_scn": stats["max_scn"],
+                "error": None,
+                "failures": stats["persist"]["failures"],
+            }
+            max_scn = stats["max_scn"]
+        # A restart resumes exactly where the state says.
+        with RelayThread(config) as again:
+            assert get_json(again.url + "/stats")["max_scn"] == max_scn
+    conn.close()
