@@ -360,3 +360,42 @@ def test_a_slot_in_use_is_refused_and_a_restarted_server_is_resumed(
     assert replica.snapshot("public.a") == _truth(conn, "a")
     assert len(replica.snapshot("public.a")) == 2
     conn.close()
+
+
+def test_replica_identity_default_and_full_give_the_documented_before_images(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    """DEFAULT: no before image for an update, the key alone for a delete, and an unchanged
+    TOASTed text the server did not send is the marker, never null. FULL: whole images."""
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        for name in ("def_id", "full_id"):
+            cur.execute(f"CREATE TABLE {name} (id int PRIMARY KEY, n int, big text)")
+            cur.execute(f"ALTER TABLE {name} ALTER COLUMN big SET STORAGE EXTERNAL")
+        cur.execute("ALTER TABLE full_id REPLICA IDENTITY FULL")
+    tables = ["public.def_id", "public.full_id"]
+    big = "".join(f"{n:08x}" for n in range(2000))  # 16 KB, stored out of line (TOAST)
+    with RelayThread(_config(postgres, pg_database, tables, tmp_path / "r")) as relay:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        with conn.cursor() as cur:
+            for name in ("def_id", "full_id"):
+                cur.execute(f"INSERT INTO {name} VALUES (1, 1, %s), (2, 2, 'small')", (big,))
+                cur.execute(f"UPDATE {name} SET n = 10 WHERE id = 1")  # big unchanged
+                cur.execute(f"DELETE FROM {name} WHERE id = 2")
+        _caught_up(relay.url, conn)
+        recorder = RecordingConsumer()
+        consume(relay.url, recorder, since_scn=start)
+        sources = {s["source"]: s for s in get_json(relay.url + "/sources")["sources"]}
+    assert sources["public.def_id"]["replica_identity"] == "DEFAULT"
+    assert sources["public.full_id"]["replica_identity"] == "FULL"
+    events = {(e.source, e.op): e for e in recorder.events}
+    update = events[("public.def_id", "u")]
+    assert update.before is None
+    assert update.after == {"id": 1, "n": 10, "big": "__sluice_unchanged_toast__"}
+    delete = events[("public.def_id", "d")]
+    assert delete.before == {"id": 2, "n": None, "big": None} and delete.after is None
+    update = events[("public.full_id", "u")]
+    assert update.before == {"id": 1, "n": 1, "big": big}
+    assert update.after == {"id": 1, "n": 10, "big": big}
+    assert events[("public.full_id", "d")].before == {"id": 2, "n": 2, "big": "small"}
+    conn.close()

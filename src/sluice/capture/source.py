@@ -52,6 +52,8 @@ class CaptureStats:
     stopped_sources: dict[str, str] = field(default_factory=dict)
     # a failure of this machine capture is waiting out (a full disk), None once it passed
     local_error: str | None = None
+    # per captured table, what a source kind reports of it (PostgreSQL: its replica identity)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     # what a source kind reports of its own (PostgreSQL: its slot's positions)
     details: dict[str, Any] = field(default_factory=dict)
 

@@ -301,6 +301,7 @@ class Relay(AsyncComponent):
                 "stopped_sources": dict(cap.stopped_sources) if cap else {},
                 "skipped_events": cap.skipped_events if cap else 0,
                 "source": dict(cap.details) if cap else {},
+                "tables": {k: dict(v) for k, v in cap.tables.items()} if cap else {},
             },
         }
 

@@ -61,7 +61,8 @@ class _Api:
     async def sources(self, request: web.Request) -> web.Response:
         registry = self.relay.registry
         known = set(registry.sources())
-        stopped = self.relay.stats()["capture"]["stopped_sources"]
+        capture = self.relay.stats()["capture"]
+        stopped = capture["stopped_sources"]
         out = []
         for source in self.relay.tables:
             versions = registry.versions(source) if source in known else []
@@ -70,6 +71,7 @@ class _Api:
                     "source": source,
                     "schema_version": versions[-1].version if versions else None,
                     "stopped": stopped.get(source),
+                    **capture["tables"].get(source, {}),
                 }
             )
         return json_response(200, {"sources": out})

@@ -29,7 +29,15 @@ from sluice.capture.postgres.setup import (
     primary_key,
     type_names,
 )
-from sluice.capture.postgres.tables import CHANGE_TAGS, OP_C, OP_D, OP_U, PgTable, table_columns
+from sluice.capture.postgres.tables import (
+    CHANGE_TAGS,
+    OP_C,
+    OP_D,
+    OP_U,
+    UNCHANGED_TOAST,
+    PgTable,
+    table_columns,
+)
 from sluice.capture.postgres.transcode import Slow
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.seeding import Seeder
@@ -296,13 +304,16 @@ class PostgresCapture:
             nullable = col.name not in required or col.name not in key
             columns.append(Column(col.name, kind, nullable, name))
             converters.append(convert)
-        if relation.replica_identity != "f":
-            identity = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}
+        kinds = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
+        identity = kinds.get(relation.replica_identity, relation.replica_identity)
+        if self.stats.tables.get(source, {}).get("replica_identity") != identity:
             log.info(
-                "%s has REPLICA IDENTITY %s: before images hold the key only",
+                "%s has REPLICA IDENTITY %s%s",
                 source,
-                identity.get(relation.replica_identity, relation.replica_identity),
+                identity,
+                "" if identity == "FULL" else ": before images hold the key only",
             )
+        self.stats.tables[source] = {"replica_identity": identity}
         registry = self.settings.registry
         schema = registry.register(source, tuple(columns), key)
         return PgTable(source, registry.codec(source, schema.version), converters)
@@ -323,6 +334,10 @@ class PostgresCapture:
         if change.op == "D":
             return [table.event(OP_D, old, None)]
         assert new is not None
+        if old is not None and change.whole_old and UNCHANGED_TOAST in new:
+            # The server leaves out a TOASTed value the update did not change, even when the
+            # old row (REPLICA IDENTITY FULL) carries it: that value it is.
+            new = [o if n == UNCHANGED_TOAST else n for o, n in zip(old, new, strict=True)]
         if old is not None and table.codec.key_text(old) != table.codec.key_text(new):
             return [table.event(OP_D, old, None), table.event(OP_C, None, new)]
         return [table.event(OP_U, old, new)]

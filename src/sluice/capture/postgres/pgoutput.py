@@ -46,6 +46,7 @@ class Change:
     relid: int
     old: Tuple | None  # the old key ('K') or the whole old row ('O'), if sent
     new: Tuple | None
+    whole_old: bool = False  # ``old`` is the whole old row ('O'), not the key alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +167,7 @@ def _change(op: str, r: _Reader) -> Change:
     new: Tuple | None = None
     marker = r.data[r.pos : r.pos + 1]
     r.pos += 1
+    whole = marker == b"O"
     if marker in (b"K", b"O"):
         old = r.tuple()
         if op == "U":
@@ -173,4 +175,4 @@ def _change(op: str, r: _Reader) -> Change:
             r.pos += 1
     if marker == b"N":
         new = r.tuple()
-    return Change(op, relid, old, new)
+    return Change(op, relid, old, new, whole)
