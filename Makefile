@@ -24,7 +24,7 @@ setup:
 	$(PIP) install -q -e '.[dev]'
 
 test: setup
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n 2 --dist loadfile -p no:benchmark
 
 lint:
 	$(PYTHON) -m ruff check src tests benchmarks
