@@ -189,3 +189,38 @@ def test_a_failing_persist_turns_healthz_503_and_recovers_with_nothing_lost(
         with RelayThread(config) as again:
             assert get_json(again.url + "/stats")["max_scn"] == max_scn
     conn.close()
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except (TimeoutError, BlockingIOError):
+        return False
+    except OSError:
+        return True
+
+
+def test_slowloris_sockets_are_closed_while_healthz_answers(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    config = relay_config(
+        mariadb, [f"{database}.t"], tmp_path / "r", header_timeout_s=1.0, max_clients=5
+    )
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    with RelayThread(config) as relay:
+        port = relay.relay.port
+        slow = []
+        for n in range(40):
+            sock = socket.create_connection(("127.0.0.1", port))
+            if n % 2:  # half send headers that never end, half send nothing at all
+                sock.sendall(b"GET /stream?since_scn=0 HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            sock.settimeout(0.05)
+            slow.append(sock)
+        assert _status(relay.url + "/healthz")[0] == 200  # while they hang
+        wait_for(lambda: all(_closed_by_server(s) for s in slow), 30, "the server to close them")
+        assert get_json(relay.url + "/stats")["clients"] == 0
+        for sock in slow:
+            sock.close()
+    conn.close()

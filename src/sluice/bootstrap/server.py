@@ -27,6 +27,8 @@ from sluice.schemas.events import decode_window
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text, start_site
 
 log = logging.getLogger(__name__)
+# A connection without a complete request after this long is closed.
+HEADER_TIMEOUT_S = 10.0
 _CHUNK = 256 * 1024
 _DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII digits only: str.isdigit() takes '²' too
 
@@ -64,6 +66,7 @@ class BootstrapServer(AsyncComponent):
             handle_signals=False,
             handler_cancellation=True,
             shutdown_timeout=5,
+            keepalive_timeout=HEADER_TIMEOUT_S,  # slowloris: see the relay
         )
         self.port = await start_site(self._runner, self.host, self.port)
         log.info(

@@ -28,6 +28,9 @@ class RelayConfig(SluiceSettings):
     capture_queue: int = Field(default=256, ge=1)
     # Streams served at once; more get a fast 503 with Retry-After (/healthz, /stats exempt).
     max_clients: int = Field(default=1000, ge=1)
+    # A connection without a complete request after this long is closed (slowloris, idle
+    # keep-alive connections); a stream in progress is not affected.
+    header_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # A row capture cannot decode: stop capturing its table (the others go on), or skip it.
     on_decode_error: Literal["stop_source", "skip"] = "stop_source"
 

@@ -180,6 +180,9 @@ class Relay(AsyncComponent):
             handle_signals=False,
             handler_cancellation=True,
             shutdown_timeout=5,
+            # aiohttp closes a connection idle in wait for a request after this long,
+            # counted from its start: a request that never completes its headers included
+            keepalive_timeout=self.config.header_timeout_s,
         )
         self.port = await start_site(runner, self.config.host, self.config.port)
         log.info("relay listening on http://%s:%d", self.config.host, self.port)
