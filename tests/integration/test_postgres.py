@@ -5,6 +5,8 @@ up to what the relay persisted, and clear errors for a server that is not set up
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from sluice.errors import SluiceError
 from sluice.relay import RelayConfig
 from sluice.testing import RecordingConsumer, RelayThread, ReplicaConsumer
 from sluice.testing.postgres import PrivatePostgres
-from tests.integration.support import SLUICE, consume, get_json, wait_for
+from tests.integration.support import SLUICE, consume, get_json, http_status, wait_for
 
 
 def _config(
@@ -399,3 +401,56 @@ def test_replica_identity_default_and_full_give_the_documented_before_images(
     assert update.after == {"id": 1, "n": 10, "big": big}
     assert events[("public.full_id", "d")].before == {"id": 2, "n": 2, "big": "small"}
     conn.close()
+
+
+def _server_pids(pg: PrivatePostgres) -> list[int]:
+    """Every process of the server: its children call setsid(), so not one process group."""
+    assert pg._proc is not None
+    pids = [pg._proc.pid]
+    for pid in pids:  # grows while walked: children of children
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        if children.exists():
+            pids += [int(p) for p in children.read_text().split()]
+    return pids
+
+
+def test_a_frozen_server_shows_in_healthz_and_capture_resumes(
+    tmp_path: Path,
+) -> None:
+    with PrivatePostgres(tmp_path / "pg") as pg:
+        conn = pg.connect()
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE kv (k int PRIMARY KEY, v int)")
+        config = _config(pg, "postgres", ["public.kv"], tmp_path / "relay")
+        with RelayThread(config) as relay:
+            with conn.cursor() as cur:
+                cur.execute("INSERT INTO kv SELECT g, g FROM generate_series(1, 20) g")
+            _caught_up(relay.url, conn)
+            assert _health(relay.url) == "ok"
+            pids = _server_pids(pg)
+            for pid in pids:  # frozen, as a paused VM: keepalives stop
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                wait_for(lambda: _health(relay.url) == "source silent", 30, "health: silent")
+            finally:
+                for pid in pids:
+                    os.kill(pid, signal.SIGCONT)
+            wait_for(lambda: _health(relay.url) == "ok", 60, "health: ok again")
+            with conn.cursor() as cur:
+                cur.execute("UPDATE kv SET v = -1 WHERE k < 5")
+            _caught_up(relay.url, conn)
+            replica = ReplicaConsumer()
+            consume(relay.url, replica, since_scn=get_json(relay.url + "/stats")["min_scn"])
+            assert replica.snapshot("public.kv") == {
+                json.dumps({"k": k}, separators=(",", ":")): {"k": k, "v": -1 if k < 5 else k}
+                for k in range(1, 21)
+            }
+        conn.close()
+        pg.kill()  # a thawed server's fast shutdown can hang for its full 30 s here
+
+
+def _health(url: str) -> str:
+    status, body = http_status(url + "/healthz")
+    if status == 200:
+        return "ok"
+    return str(body.get("status")) if isinstance(body, dict) else str(status)

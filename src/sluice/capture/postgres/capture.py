@@ -199,7 +199,10 @@ class PostgresCapture:
             if message is None:
                 confirmed = self._feedback(cur, confirmed, idle=not events)
                 self._slot_details(confirmed)
-                select.select([cur], [], [], 0.5)
+                ready, _, _ = select.select([cur], [], [], 0.5)
+                if ready:  # the server said something (at least the keepalive asked for
+                    # each idle second): a frozen server says nothing, and /healthz sees it
+                    self.stats.last_seen_ms = int(time.time() * 1000)
                 continue
             self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
             payload = message.payload
@@ -237,7 +240,8 @@ class PostgresCapture:
             self.stats.windows += 1
             self.stats.events += len(events)
             self.stats.last_commit_ms = commit.ts_micros // 1000
-            self.stats.last_receive_ms = self.stats.last_seen_ms = int(time.time() * 1000)
+            self.stats.last_receive_ms = int(time.time() * 1000)
+        self.stats.last_seen_ms = int(time.time() * 1000)
         self.stats.last_scn = commit.end_lsn
         self.stats.source_end_scn = max(self.stats.source_end_scn, commit.end_lsn)
 
@@ -249,8 +253,6 @@ class PostgresCapture:
         database does not keep WAL forever."""
         if idle and cur.wal_end:
             self.stats.last_scn = max(self.stats.last_scn, cur.wal_end)
-        if cur.io_timestamp is not None:  # the server's last message (a keepalive at least)
-            self.stats.last_seen_ms = int(cur.io_timestamp.timestamp() * 1000)
         target = self._persisted
         if idle and self._persisted >= self._delivered:
             target = max(target, self.stats.last_scn)
