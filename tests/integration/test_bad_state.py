@@ -66,3 +66,38 @@ def test_a_state_file_ahead_of_an_intact_buffer_never_wipes_it(
         consume(relay.url, replica, since_scn=before["min_scn"])
     assert after["min_scn"] == before["min_scn"] and after["windows"] == before["windows"] + 1
     assert_replica_equals(replica, conn, [source])
+
+
+def _relay_args(mariadb: PrivateMariaDB, source: str, data: Path) -> list[str]:
+    return ["relay", "--source", mariadb.url, "--table", source, "--data-dir", str(data)]
+
+
+def test_a_missing_or_altered_schema_file_is_refused_at_start(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    source = f"{database}.kv"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE kv (k INT PRIMARY KEY, v VARCHAR(10))")
+    data = tmp_path / "relay"
+    with RelayThread(relay_config(mariadb, [source], data)) as relay:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO kv VALUES (1, 'a'), (2, 'b')")
+        wait_relay_caught_up(relay.url, conn)
+    (avsc,) = (data / "schemas").glob("*/v1.avsc")
+    original = avsc.read_text()
+    altered = json.loads(original)
+    altered["fields"].reverse()  # still a valid schema: consumers would misread every row
+    avsc.write_text(json.dumps(altered))
+    result = run_sluice(*_relay_args(mariadb, source, data), "--port", "0")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"{avsc} differs from the schema the relay wrote" in lines[0]
+    avsc.unlink()
+    result = run_sluice(*_relay_args(mariadb, source, data), "--port", "0")
+    assert result.returncode == 2, result.stderr
+    assert f"{avsc} is missing" in result.stderr and "restore it" in result.stderr
+    avsc.write_text(original)  # restored: the relay starts and serves every row again
+    with RelayThread(relay_config(mariadb, [source], data)) as relay:
+        replica = ReplicaConsumer()
+        consume(relay.url, replica, since_scn=get_json(relay.url + "/stats")["min_scn"])
+    assert_replica_equals(replica, conn, [source])

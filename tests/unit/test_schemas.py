@@ -117,3 +117,17 @@ def test_a_schema_written_before_source_type_still_loads() -> None:
     old = dict(avro, fields=[dict(avro["fields"][0])])
     old["fields"][0]["sluice.mysql_type"] = old["fields"][0].pop("sluice.source_type")
     assert TableSchema.from_avro(old) == schema
+
+
+def test_a_lost_schema_version_is_never_reused(tmp_path: Path) -> None:
+    """v1.avsc gone, then an ALTER: the new version comes after the highest, never a second 1
+    (consumers would misread every old event)."""
+    registry = SchemaRegistry(tmp_path / "schemas")
+    key = (Column("id", "int", False, "int"),)
+    one = registry.register("db.t", key, ("id",))
+    two = registry.register("db.t", (*key, Column("v", "int", True, "int")), ("id",))
+    (tmp_path / "schemas" / "db.t" / "v1.avsc").unlink()
+    again = SchemaRegistry(tmp_path / "schemas")
+    three = again.register("db.t", (Column("id", "int", False, "bigint"),), ("id",))
+    assert (one.version, two.version, three.version) == (1, 2, 3)
+    assert again.fingerprints()["db.t"]["3"] == three.fingerprint() != two.fingerprint()

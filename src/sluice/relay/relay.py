@@ -82,6 +82,7 @@ class Relay(AsyncComponent):
             )
             info = await asyncio.to_thread(capture.check)
             start = self._start_scn(store, info.end_scn)
+            store.check_schemas(self.registry)
             capture.start(start)
             log.info("relay capturing %s after SCN %d", ", ".join(self.tables), start)
             await self._serve()
@@ -207,7 +208,7 @@ class Relay(AsyncComponent):
             await self._runner.cleanup()
         if self._store is not None:
             if self._store.buffer.window_count or self._store.persisted_scn() is not None:
-                self._store.persist(self._store.buffer.max_scn)
+                self._store.persist(self._store.buffer.max_scn, self.registry.fingerprints())
             self._store.close()
         log.info("relay stopped")
 
@@ -253,7 +254,7 @@ class Relay(AsyncComponent):
             self._dirty.clear()
             scn = self.buffer.max_scn
             try:
-                await asyncio.to_thread(self._store.persist, scn)
+                await asyncio.to_thread(self._store.persist, scn, self.registry.fingerprints())
             except BaseException:
                 self._dirty.set()  # persist it on the retry
                 raise

@@ -10,10 +10,13 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
+from sluice.core import wire
 from sluice.core.buffer import EventBuffer
-from sluice.errors import ConfigError
+from sluice.errors import ConfigError, SchemaError
 from sluice.files import write_atomically
+from sluice.schemas import SchemaRegistry
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +101,60 @@ class BufferStore:
             return None
         return int(scn) if isinstance(scn, int) else None
 
-    def persist(self, max_scn: int) -> None:
-        """Flush the buffer's pages, then record ``max_scn`` (temp, fsync, rename)."""
+    def persist(self, max_scn: int, schemas: dict[str, dict[str, str]] | None = None) -> None:
+        """Flush the buffer's pages, then record ``max_scn`` and the fingerprints of the schema
+        versions (temp, fsync, rename)."""
         with self._lock:
             if self._mmap.closed:
                 return
             self._mmap.flush()
-            write_atomically(self.data_dir / STATE_FILE, json.dumps({"max_scn": max_scn}))
+            state = {"max_scn": max_scn, "schemas": schemas or {}}
+            write_atomically(self.data_dir / STATE_FILE, json.dumps(state))
+
+    def check_schemas(self, registry: SchemaRegistry) -> None:
+        """Refuse to start when a schema version the buffer's events use is missing, or a
+        schema file differs from what the relay wrote: consumers would fail on it later."""
+        recorded = self._state().get("schemas") or {}
+        for source, versions in sorted(recorded.items()):
+            for version, digest in sorted(versions.items()):
+                self._same_schema(registry, source, int(version), str(digest))
+        used: set[tuple[str, int]] = set()
+        scn = self.buffer.start_scn
+        while True:
+            windows, _cursor = self.buffer.read(scn, 1 << 22)
+            if not windows:
+                break
+            for window in windows:
+                used.update((e.source, e.schema_version) for e in wire.decode_events(window))
+            scn = wire.read_window_header(windows[-1]).scn
+        for source, version in sorted(used):
+            self._same_schema(registry, source, version, None)
+
+    def _same_schema(
+        self, registry: SchemaRegistry, source: str, version: int, digest: str | None
+    ) -> None:
+        path = registry.path_of(source, version)
+        try:
+            schema = registry.get(source, version)
+        except SchemaError:
+            raise ConfigError(
+                f"{path} is missing (the event buffer or {STATE_FILE} refers to version "
+                f"{version} of {source}): restore it from a backup of the data dir, or move "
+                f"{BUFFER_FILE} and {STATE_FILE} away to start over (consumers then bootstrap)"
+            ) from None
+        if digest is not None and schema.fingerprint() != digest:
+            raise ConfigError(
+                f"{path} differs from the schema the relay wrote (its fingerprint changed): "
+                "restore it from a backup of the data dir; never edit schema files"
+            )
+
+    def _state(self) -> dict[str, Any]:
+        path = self.data_dir / STATE_FILE
+        try:
+            state = json.loads(path.read_text("utf-8")) if path.exists() else {}
+        except (OSError, ValueError):
+            return {}
+        return state if isinstance(state, dict) else {}
 
     def close(self) -> None:
         with self._lock:

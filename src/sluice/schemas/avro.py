@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,11 @@ class TableSchema:
     version: int
     columns: tuple[Column, ...]
     primary_key: tuple[str, ...]
+
+    def fingerprint(self) -> str:
+        """A digest of the schema's Avro form: a schema file altered on disk shows."""
+        text = json.dumps(self.to_avro(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def same_shape(self, other: TableSchema) -> bool:
         return self.columns == other.columns and self.primary_key == other.primary_key

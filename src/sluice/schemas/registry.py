@@ -47,7 +47,9 @@ class SchemaRegistry:
         """The latest version if its columns match, else a new version (stored first)."""
         with self._lock:
             versions = self._versions.setdefault(source, [])
-            candidate = TableSchema(source, len(versions) + 1, columns, primary_key)
+            # After the highest version, not the count: a lost file must never be reused.
+            number = max((s.version for s in versions), default=0) + 1
+            candidate = TableSchema(source, number, columns, primary_key)
             if versions and versions[-1].same_shape(candidate):
                 return versions[-1]
             if self._dir is not None:
@@ -66,6 +68,17 @@ class SchemaRegistry:
             if all(s.version != schema.version for s in versions):
                 versions.append(schema)
                 versions.sort(key=lambda s: s.version)
+
+    def fingerprints(self) -> dict[str, dict[str, str]]:
+        """``{source: {version: fingerprint}}`` of every version held."""
+        with self._lock:
+            return {
+                source: {str(s.version): s.fingerprint() for s in versions}
+                for source, versions in self._versions.items()
+            }
+
+    def path_of(self, source: str, version: int) -> Path | None:
+        return None if self._dir is None else self._dir / folder_name(source) / f"v{version}.avsc"
 
     def sources(self) -> list[str]:
         with self._lock:
