@@ -20,6 +20,8 @@ def main() -> int:
     pg_latency.run()
     print("\n== end to end and serving ==")
     serving.run()
+    print("\n== load: a normal client while 200 catch up and 1,000 long polls wait ==")
+    subprocess.run([sys.executable, "-m", "benchmarks.load"], check=True)
     print("\n== latency: commit to consumer at 100 commits/s ==")
     latency.run()
     print("\n== Spark: relay into Parquet, fold, snapshot serving ==")

@@ -74,6 +74,21 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
         _load("pg_debezium").get("ratio_vs_debezium"),
         2,
     )
+    load = _load("load")
+    add(
+        "normal client p99 under load <= 3x alone (issue 11)",
+        load.get("p99_ratio"),
+        3.000001,
+        below=True,
+    )
+    if load:
+        rows.append(
+            (
+                "relay peak RSS under load <= the README's formula (issue 11)",
+                f"{load['peak_rss_mb']} MB of {load['rss_bound_mb']} MB",
+                "yes" if load["peak_rss_mb"] <= load["rss_bound_mb"] else "NO",
+            )
+        )
     pg_p99 = _load("pg_latency").get("sluice_relay_client", {}).get("p99_ms")
     add("PostgreSQL latency p99 <= 25 ms (issue 10)", pg_p99, 25.000001, below=True, unit=" ms")
     return rows
