@@ -131,3 +131,17 @@ def test_a_lost_schema_version_is_never_reused(tmp_path: Path) -> None:
     three = again.register("db.t", (Column("id", "int", False, "bigint"),), ("id",))
     assert (one.version, two.version, three.version) == (1, 2, 3)
     assert again.fingerprints()["db.t"]["3"] == three.fingerprint() != two.fingerprint()
+
+
+def test_columns_seen_before_get_their_original_version(tmp_path: Path) -> None:
+    """Events read again from the binlog (the buffer was lost) after an ALTER keep the version
+    they had, never a new number for the same columns."""
+    registry = SchemaRegistry(tmp_path / "schemas")
+    old = (Column("id", "int", False, "int"),)
+    new = (*old, Column("v", "int", True, "int"))
+    assert registry.register("db.t", old, ("id",)).version == 1
+    assert registry.register("db.t", new, ("id",)).version == 2
+    again = SchemaRegistry(tmp_path / "schemas")
+    assert again.register("db.t", old, ("id",)).version == 1
+    assert again.register("db.t", new, ("id",)).version == 2
+    assert len(again.versions("db.t")) == 2

@@ -44,14 +44,17 @@ class SchemaRegistry:
     def register(
         self, source: str, columns: tuple[Column, ...], primary_key: tuple[str, ...]
     ) -> TableSchema:
-        """The latest version if its columns match, else a new version (stored first)."""
+        """The version with these columns, newest first, else a new version (stored first).
+        An older version matches too: the binlog read again after the buffer was lost gives
+        old events their original version, not a copy of it under a new number."""
         with self._lock:
             versions = self._versions.setdefault(source, [])
             # After the highest version, not the count: a lost file must never be reused.
             number = max((s.version for s in versions), default=0) + 1
             candidate = TableSchema(source, number, columns, primary_key)
-            if versions and versions[-1].same_shape(candidate):
-                return versions[-1]
+            for held in reversed(versions):
+                if held.same_shape(candidate):
+                    return held
             if self._dir is not None:
                 folder = self._dir / folder_name(source)  # any name as one folder
                 folder.mkdir(exist_ok=True)

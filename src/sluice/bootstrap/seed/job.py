@@ -217,9 +217,11 @@ class SeedJob:
 
 
 def _resolve_version(schema: TableSchema, known: list[TableSchema]) -> TableSchema:
-    """The store's latest version if the table still has its shape, else the next version."""
-    if known and known[-1].same_shape(schema):
-        return known[-1]
+    """The store's version with the table's shape (newest first, as the relay's registry
+    picks), else the next version."""
+    for held in reversed(known):
+        if held.same_shape(schema):
+            return held
     version = max((v.version for v in known), default=0) + 1
     return TableSchema(schema.source, version, schema.columns, schema.primary_key)
 
