@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,10 @@ def test_a_restarted_relay_resumes_without_repeats_or_gaps_and_confirms_only_wha
         slot = get_json(relay.url + "/stats")["capture"]["source"]
         assert slot["slot"] == "sluice" and slot["retained_wal_bytes"] >= 0
         assert set(slot) >= {"server_lsn", "confirmed_lsn"}
+        with urllib.request.urlopen(relay.url + "/metrics", timeout=30) as resp:
+            metrics = resp.read().decode()
+        assert "sluice_relay_capture_source_retained_wal_bytes" in metrics
+        assert "sluice_relay_capture_source_confirmed_scn" in metrics
     ids = [e.key["id"] for e in recorder.events if e.op == "c"]  # type: ignore[index]
     assert ids == list(range(40))  # each row once, in commit order, none lost while down
     assert sum(1 for e in recorder.events if e.op == "u") == 5

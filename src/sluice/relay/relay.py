@@ -379,6 +379,13 @@ class Relay(AsyncComponent):
             ("capture_up", "gauge", int(cap["connected"] and not cap["error"])),
             ("capture_stopped_sources", "gauge", len(cap["stopped_sources"])),
             ("capture_skipped_events_total", "counter", cap["skipped_events"]),
+            # what the source kind reports of its own, where it is a number (PostgreSQL: the
+            # slot's retained WAL and positions)
+            *(
+                (f"capture_source_{key}", "gauge", value)
+                for key, value in sorted(cap["source"].items())
+                if isinstance(value, int | float) and not isinstance(value, bool)
+            ),
         ]
 
 

@@ -290,6 +290,8 @@ class PostgresCapture:
                 confirmed_lsn=_lsn(slot_confirmed),
                 sent_confirmed_lsn=_lsn(confirmed),
                 retained_wal_bytes=retained,
+                server_scn=server,  # the same positions as numbers, for /metrics
+                confirmed_scn=slot_confirmed,
             )
 
     def _describe(self, relation: pgoutput.Relation) -> PgTable | None:
