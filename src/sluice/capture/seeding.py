@@ -10,11 +10,12 @@ of that kind decodes), so the schema's own encoder gives the bytes the relay giv
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from sluice.errors import SourceError
+from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas import TableSchema
 
 
@@ -65,6 +66,39 @@ class Seeder(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def seek_ranges(next_upper: Callable[[KeyRange], tuple[Any, ...] | None]) -> list[KeyRange]:
+    """Key ranges found by seeks: ``next_upper(KeyRange(lower, None))`` is the key about a
+    chunk past ``lower`` (``ORDER BY key LIMIT 1 OFFSET n-1``), None past the last row."""
+    ranges: list[KeyRange] = []
+    lower: tuple[Any, ...] | None = None
+    while True:
+        upper = next_upper(KeyRange(lower, None))
+        ranges.append(KeyRange(lower, upper))
+        if upper is None:
+            return ranges
+        lower = upper
+
+
+def keyless(source: str) -> SourceSetupError:
+    """A table without a primary key cannot be seeded exactly (one row per key)."""
+    return SourceSetupError(
+        f"table {source} has no primary key: seeding keeps one row per key, so it cannot "
+        f"seed a keyless table; add one (ALTER TABLE {source} ADD PRIMARY KEY (...)) or "
+        "leave the table out",
+        source=source,
+    )
+
+
+@contextlib.contextmanager
+def driver_errors(errors: tuple[type[BaseException], ...], what: str) -> Iterator[None]:
+    """A driver's failure on the driver side of a seed as one ``SourceError`` line."""
+    try:
+        yield
+    except errors as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise SourceError(f"{what} failed: {text}") from None
 
 
 T = TypeVar("T")

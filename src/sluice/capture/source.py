@@ -50,7 +50,8 @@ class CaptureStats:
     skipped_events: int = 0  # rows skipped (on_decode_error = "skip")
     # sources stopped by a row that cannot be decoded (on_decode_error = "stop_source")
     stopped_sources: dict[str, str] = field(default_factory=dict)
-    # a failure of this machine capture is waiting out (a full disk), None once it passed
+    # the last failure of this machine capture waited out (a full disk); it matters while
+    # ``connected`` is false
     local_error: str | None = None
     # per captured table, what a source kind reports of it (PostgreSQL: its replica identity)
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -188,7 +189,6 @@ def run_supervised(
         try:
             stream_once()
             delay = 0.1
-            stats.local_error = None
         except transient as exc:
             if stop.is_set():
                 break
@@ -200,8 +200,7 @@ def run_supervised(
             delay = min(delay * 2, 5.0)
         except OSError as exc:
             if exc.errno not in LOCAL_TRANSIENT or stop.is_set():
-                log.exception("capture failed")
-                _fail(stop, stats, on_fatal, SourceError(f"capture failed: {exc!r}"))
+                _crash(stop, stats, on_fatal, exc)
                 return
             # A full disk or no descriptors here (a schema file could not be written): read
             # again from the last commit once there is room.
@@ -214,9 +213,16 @@ def run_supervised(
             _fail(stop, stats, on_fatal, exc)
             return
         except Exception as exc:
-            log.exception("capture failed")
-            _fail(stop, stats, on_fatal, SourceError(f"capture failed: {exc!r}"))
+            _crash(stop, stats, on_fatal, exc)
             return
+
+
+def _crash(
+    stop: Any, stats: CaptureStats, on_fatal: Callable[[SluiceError], None] | None, exc: Exception
+) -> None:
+    """An unforeseen failure: its traceback to the log, one sentence to the owner."""
+    log.exception("capture failed")
+    _fail(stop, stats, on_fatal, SourceError(f"capture failed: {exc!r}"))
 
 
 def _fail(

@@ -95,37 +95,17 @@ class MariaDBDemo:
             cur.execute("SET time_zone = '+00:00'")
         return conn
 
+    SQL = (
+        "INSERT INTO shop.customer VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY "
+        "UPDATE tier=VALUES(tier)",
+        "INSERT INTO shop.product VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6)) ON "
+        "DUPLICATE KEY UPDATE price=VALUES(price), updated_at=UTC_TIMESTAMP(6)",
+        "INSERT INTO shop.purchase VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(3), %s)",
+    )
+    TAGS = ("", "new", "sale,eco")
+
     def transaction(self, cur: Any, n: int, rng: random.Random) -> None:
-        cur.execute("BEGIN")
-        cur.execute(
-            "INSERT INTO shop.customer VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY "
-            "UPDATE tier=VALUES(tier)",
-            (
-                n % 500,
-                f"Customer {n % 500}",
-                f"c{n % 500}@example.com",
-                rng.choice(["free", "pro", "team"]),
-                dt.date(2024, 1, 1 + n % 28),
-            ),
-        )
-        sku = f"SKU{n % 300:05d}"
-        cur.execute(
-            "INSERT INTO shop.product VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6)) ON "
-            "DUPLICATE KEY UPDATE price=VALUES(price), updated_at=UTC_TIMESTAMP(6)",
-            (
-                sku,
-                f"Product {sku}",
-                f"{rng.randint(100, 99999) / 100:.2f}",
-                rng.choice(["", "new", "sale,eco"]),
-            ),
-        )
-        cur.execute(
-            "INSERT INTO shop.purchase VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(3), %s)",
-            (n, n % 500, sku, rng.randint(1, 9), f'{{"n": {n}}}'),
-        )
-        if n % 7 == 0:
-            cur.execute("DELETE FROM shop.purchase WHERE id = %s", (max(n - 50, 0),))
-        cur.execute("ROLLBACK" if n % 23 == 0 else "COMMIT")
+        _transaction(cur, self.SQL, self.TAGS, n, rng)
 
     def truth(self, conn: Any, source: str) -> dict[str, dict[str, Any]]:
         return table_rows(conn, source)
@@ -192,38 +172,18 @@ class PostgresDemo:
             cur.execute("SET TimeZone = 'UTC'")
         return conn
 
+    SQL = (
+        "INSERT INTO shop.customer VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE "
+        "SET tier = EXCLUDED.tier",
+        "INSERT INTO shop.product VALUES (%s, %s, %s, %s, clock_timestamp() AT TIME ZONE "
+        "'UTC') ON CONFLICT (sku) DO UPDATE SET price = EXCLUDED.price, "
+        "updated_at = EXCLUDED.updated_at",
+        "INSERT INTO shop.purchase VALUES (%s, %s, %s, %s, clock_timestamp(), %s)",
+    )
+    TAGS: tuple[list[str], ...] = ([], ["new"], ["sale", "eco"])
+
     def transaction(self, cur: Any, n: int, rng: random.Random) -> None:
-        cur.execute("BEGIN")
-        cur.execute(
-            "INSERT INTO shop.customer VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE "
-            "SET tier = EXCLUDED.tier",
-            (
-                n % 500,
-                f"Customer {n % 500}",
-                f"c{n % 500}@example.com",
-                rng.choice(["free", "pro", "team"]),
-                dt.date(2024, 1, 1 + n % 28),
-            ),
-        )
-        sku = f"SKU{n % 300:05d}"
-        cur.execute(
-            "INSERT INTO shop.product VALUES (%s, %s, %s, %s, clock_timestamp() AT TIME ZONE "
-            "'UTC') ON CONFLICT (sku) DO UPDATE SET price = EXCLUDED.price, "
-            "updated_at = EXCLUDED.updated_at",
-            (
-                sku,
-                f"Product {sku}",
-                f"{rng.randint(100, 99999) / 100:.2f}",
-                rng.choice([[], ["new"], ["sale", "eco"]]),
-            ),
-        )
-        cur.execute(
-            "INSERT INTO shop.purchase VALUES (%s, %s, %s, %s, clock_timestamp(), %s)",
-            (n, n % 500, sku, rng.randint(1, 9), f'{{"n": {n}}}'),
-        )
-        if n % 7 == 0:
-            cur.execute("DELETE FROM shop.purchase WHERE id = %s", (max(n - 50, 0),))
-        cur.execute("ROLLBACK" if n % 23 == 0 else "COMMIT")
+        _transaction(cur, self.SQL, self.TAGS, n, rng)
 
     def truth(self, conn: Any, source: str) -> dict[str, dict[str, Any]]:
         return pg_table_rows(conn, source)
@@ -236,3 +196,29 @@ class PostgresDemo:
                 return int(cur.fetchone()[0])
         finally:
             conn.close()
+
+
+def _transaction(
+    cur: Any, sql: tuple[str, str, str], tags: tuple[Any, ...], n: int, rng: random.Random
+) -> None:
+    """The workload's transaction ``n`` in either dialect (``sql``: the customer upsert, the
+    product upsert stamping ``updated_at`` now, the purchase insert); every 23rd rolls back."""
+    customer, product, purchase = sql
+    cur.execute("BEGIN")
+    cur.execute(
+        customer,
+        (
+            n % 500,
+            f"Customer {n % 500}",
+            f"c{n % 500}@example.com",
+            rng.choice(["free", "pro", "team"]),
+            dt.date(2024, 1, 1 + n % 28),
+        ),
+    )
+    sku = f"SKU{n % 300:05d}"
+    price = f"{rng.randint(100, 99999) / 100:.2f}"
+    cur.execute(product, (sku, f"Product {sku}", price, rng.choice(tags)))
+    cur.execute(purchase, (n, n % 500, sku, rng.randint(1, 9), f'{{"n": {n}}}'))
+    if n % 7 == 0:
+        cur.execute("DELETE FROM shop.purchase WHERE id = %s", (max(n - 50, 0),))
+    cur.execute("ROLLBACK" if n % 23 == 0 else "COMMIT")

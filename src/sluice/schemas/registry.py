@@ -24,6 +24,7 @@ class SchemaRegistry:
         self._lock = threading.Lock()
         self._versions: dict[str, list[TableSchema]] = {}
         self._codecs: dict[tuple[str, int], RowCodec] = {}
+        self._fingerprints: dict[str, dict[str, str]] = {}
         if directory is not None:
             try:
                 directory.mkdir(parents=True, exist_ok=True)
@@ -73,12 +74,15 @@ class SchemaRegistry:
                 versions.sort(key=lambda s: s.version)
 
     def fingerprints(self) -> dict[str, dict[str, str]]:
-        """``{source: {version: fingerprint}}`` of every version held."""
+        """``{source: {version: fingerprint}}`` of every version held (computed once per
+        version: the relay records them on every persist)."""
         with self._lock:
-            return {
-                source: {str(s.version): s.fingerprint() for s in versions}
-                for source, versions in self._versions.items()
-            }
+            for source, versions in self._versions.items():
+                known = self._fingerprints.setdefault(source, {})
+                for schema in versions:
+                    if str(schema.version) not in known:
+                        known[str(schema.version)] = schema.fingerprint()
+            return {source: dict(known) for source, known in self._fingerprints.items()}
 
     def path_of(self, source: str, version: int) -> Path | None:
         return None if self._dir is None else self._dir / folder_name(source) / f"v{version}.avsc"

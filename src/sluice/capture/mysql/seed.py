@@ -24,7 +24,14 @@ from sluice.capture.mysql.binlog.values import days_since_epoch, shortest_float3
 from sluice.capture.mysql.describe import describe_table
 from sluice.capture.mysql.metadata import end_scn
 from sluice.capture.mysql.scn import scn_of_log
-from sluice.capture.seeding import ChunkRead, KeyRange, guarded
+from sluice.capture.seeding import (
+    ChunkRead,
+    KeyRange,
+    driver_errors,
+    guarded,
+    keyless,
+    seek_ranges,
+)
 from sluice.core.names import split_source
 from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas import Column, TableSchema
@@ -55,12 +62,7 @@ def describe_for_seed(conn: pymysql.Connection[Any], source: str) -> TableSchema
     """The table's schema, refusing what cannot be seeded exactly (no key, no snapshot)."""
     schema = describe_table(conn, source)
     if not schema.primary_key:
-        raise SourceSetupError(
-            f"table {source} has no primary key: seeding keeps one row per key, so it cannot "
-            f"seed a keyless table; add one (ALTER TABLE {source} ADD PRIMARY KEY (...)) "
-            "or leave the table out",
-            source=source,
-        )
+        raise keyless(source)
     db, table = split_source(source)
     with conn.cursor() as cur:
         cur.execute(
@@ -135,24 +137,20 @@ def plan_ranges(
         return [KeyRange(None, None)]
     key = schema.primary_key
     cols = ", ".join(q(c) for c in key)
-    ranges: list[KeyRange] = []
-    lower: tuple[Any, ...] | None = None
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
-        while True:
-            where, args = range_condition(key, KeyRange(lower, None))
+
+        def next_upper(after: KeyRange) -> tuple[Any, ...] | None:
+            where, args = range_condition(key, after)
             cur.execute(
                 f"SELECT {cols} FROM {table_ref(schema.source)} WHERE {where} "
                 f"ORDER BY {cols} LIMIT 1 OFFSET {chunk_rows - 1}",
                 args,
             )
             row = cur.fetchone()
-            if row is None:
-                ranges.append(KeyRange(lower, None))
-                return ranges
-            upper = tuple(row)
-            ranges.append(KeyRange(lower, upper))
-            lower = upper
+            return None if row is None else tuple(row)
+
+        return seek_ranges(next_upper)
 
 
 # -- canonical values from the text protocol's row packets ------------------------------------
@@ -361,6 +359,9 @@ class MySQLChunkReader:
         )
 
 
+_MYSQL_ERRORS = (pymysql.err.MySQLError,)
+
+
 class MySQLSeeder:
     """The ``Seeder`` of a MariaDB server: one connection for checks and plans."""
 
@@ -369,16 +370,19 @@ class MySQLSeeder:
         self.conn = params.connect()
 
     def end_scn(self) -> int:
-        return end_scn(self.conn)
+        with driver_errors(_MYSQL_ERRORS, "reading the binlog position"):
+            return end_scn(self.conn)
 
     def table(self, source: str, where: str | None) -> TableSchema:
-        schema = describe_for_seed(self.conn, source)
-        if where:
-            check_condition(self.conn, source, where)
+        with driver_errors(_MYSQL_ERRORS, f"describing {source}"):
+            schema = describe_for_seed(self.conn, source)
+            if where:
+                check_condition(self.conn, source, where)
         return schema
 
     def plan(self, schema: TableSchema, chunk_rows: int) -> list[KeyRange]:
-        return plan_ranges(self.conn, schema, chunk_rows)
+        with driver_errors(_MYSQL_ERRORS, f"planning the chunks of {schema.source}"):
+            return plan_ranges(self.conn, schema, chunk_rows)
 
     def snapshot(self) -> MySQLChunkReader:
         open_snapshot(self.conn)  # fails early, with the fix, where snapshots give no SCN

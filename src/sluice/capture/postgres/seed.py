@@ -26,7 +26,7 @@ import psycopg2.extensions
 from sluice.capture.postgres.setup import PgUrl, connect, primary_key, quoted_table
 from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
-from sluice.capture.seeding import ChunkRead, KeyRange
+from sluice.capture.seeding import ChunkRead, KeyRange, driver_errors, keyless, seek_ranges
 from sluice.core.names import split_source
 from sluice.errors import DecodeError, SourceError, SourceSetupError
 from sluice.schemas import TableSchema
@@ -186,25 +186,25 @@ class PgSeeder:
         self._replication: Any = None
 
     def end_scn(self) -> int:
-        with self.conn.cursor() as cur:
+        with (
+            driver_errors((psycopg2.Error,), "reading the server's WAL position"),
+            self.conn.cursor() as cur,
+        ):
             cur.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
             return int(cur.fetchone()[0])
 
     def table(self, source: str, where: str | None) -> TableSchema:
         namespace, table = split_source(source)
-        columns = table_columns(self.conn, namespace, table)
+        with driver_errors((psycopg2.Error,), f"describing {source}"):
+            columns = table_columns(self.conn, namespace, table)
         if not columns:
             raise SourceSetupError(
                 f"unknown table {source!r} in database {self.url.dbname}", source=source
             )
-        key = primary_key(self.conn, namespace, table)
+        with driver_errors((psycopg2.Error,), f"describing {source}"):
+            key = primary_key(self.conn, namespace, table)
         if not key:
-            raise SourceSetupError(
-                f"table {source} has no primary key: seeding keeps one row per key, so it "
-                f"cannot seed a keyless table; add one (ALTER TABLE {source} ADD PRIMARY KEY "
-                "(...)) or leave the table out",
-                source=source,
-            )
+            raise keyless(source)
         self._check_select(source, where)
         return TableSchema(source, 1, tuple(columns), key)
 
@@ -224,28 +224,28 @@ class PgSeeder:
             ) from None
 
     def plan(self, schema: TableSchema, chunk_rows: int) -> list[KeyRange]:
+        with driver_errors((psycopg2.Error,), f"planning the chunks of {schema.source}"):
+            return self._plan(schema, chunk_rows)
+
+    def _plan(self, schema: TableSchema, chunk_rows: int) -> list[KeyRange]:
         key = schema.primary_key
         oids = _column_oids(self.conn, schema.source)
         _raw_text(self.conn, [oids[c][0] for c in key])
         types = [oids[c][1] for c in key]
         cols = ", ".join(_ident(c) for c in key)
-        ranges: list[KeyRange] = []
-        lower: tuple[Any, ...] | None = None
         with self.conn.cursor() as cur:
-            while True:
-                where, args = range_condition(key, types, KeyRange(lower, None))
+
+            def next_upper(after: KeyRange) -> tuple[Any, ...] | None:
+                where, args = range_condition(key, types, after)
                 cur.execute(
                     f"SELECT {cols} FROM {_table(schema.source)} WHERE {where} "
                     f"ORDER BY {cols} LIMIT 1 OFFSET %s",
                     [*args, chunk_rows - 1],
                 )
                 row = cur.fetchone()
-                if row is None:
-                    ranges.append(KeyRange(lower, None))
-                    return ranges
-                upper = tuple(row)
-                ranges.append(KeyRange(lower, upper))
-                lower = upper
+                return None if row is None else tuple(row)
+
+            return seek_ranges(next_upper)
 
     def snapshot(self) -> PgChunkReader:
         """Export the snapshot every chunk reads in, through a temporary replication slot."""
