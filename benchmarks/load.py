@@ -130,9 +130,11 @@ def run(windows: int = 500) -> dict[str, Any]:
             while _stats(relay.url)["clients"] < IDLE + READERS // 2:
                 time.sleep(0.2)
             peak = _rss(pid)
+            before, began = _stats(relay.url)["bytes_served"], time.perf_counter()
             loaded = _normal_client(relay.url, head)
             peak = max(peak, _rss(pid))
             under = _stats(relay.url)
+            crowd_mb_s = (under["bytes_served"] - before) / (time.perf_counter() - began) / 2**20
             crowd.kill()
             crowd.wait()
         finally:
@@ -145,6 +147,7 @@ def run(windows: int = 500) -> dict[str, Any]:
         "alone": alone,
         "loaded": loaded,
         "clients_under_load": under["clients"],
+        "crowd_mb_per_s": round(crowd_mb_s, 1),
         "p99_ratio": round(loaded["p99_ms"] / max(alone["p99_ms"], 0.01), 2),
         "peak_rss_mb": round(peak / 2**20, 1),
         "rss_bound_mb": bound,
@@ -164,7 +167,8 @@ def run(windows: int = 500) -> dict[str, Any]:
     )
     print(
         f"p99 under load / alone: {results['p99_ratio']}x; relay peak RSS "
-        f"{results['peak_rss_mb']} MB (formula ~{bound} MB)"
+        f"{results['peak_rss_mb']} MB (formula ~{bound} MB); the crowd read "
+        f"{results['crowd_mb_per_s']} MB/s meanwhile"
     )
     print("wrote", write_results("load", results))
     return results

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -85,11 +86,16 @@ def metrics_text(prefix: str, metrics: list[tuple[str, str, int | float]]) -> st
     return "\n".join(lines) + "\n"
 
 
+BACKLOG = 1024
+
+
 async def start_site(runner: web.AppRunner, host: str, port: int) -> int:
     """Start listening; returns the bound port (for ``port=0``)."""
     quiet_repeated_failures()
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    # A deep accept queue: a burst of connects must not overflow it (a dropped SYN costs
+    # its client a 1 s retransmit).
+    site = web.TCPSite(runner, host, port, backlog=BACKLOG)
     try:
         await site.start()
     except OSError as exc:
@@ -98,3 +104,12 @@ async def start_site(runner: web.AppRunner, host: str, port: int) -> int:
         ) from None
     sockets = getattr(site._server, "sockets", None) or []
     return int(sockets[0].getsockname()[1]) if sockets else port
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux), or 0 where /proc has no answer."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

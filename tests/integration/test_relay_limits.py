@@ -12,6 +12,7 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,12 @@ def _unread_stream(port: int, query: str) -> socket.socket:
     return sock
 
 
-def test_unread_whole_buffer_streams_keep_memory_bounded(
+def _read_all(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=120) as resp:
+        return bytes(resp.read())
+
+
+def test_unread_whole_buffer_streams_keep_memory_bounded_and_readers_take_turns(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path
 ) -> None:
     conn = mariadb.connect(database)
@@ -66,7 +72,14 @@ def test_unread_whole_buffer_streams_keep_memory_bounded(
             _unread_stream(port, f"since_scn={start}&max_bytes=268435456{fmt}")
             for fmt in ("",) * 10 + ("&format=json",) * 2
         ]
-        wait_for(lambda: get_json(relay.url + "/stats")["clients"] == 12, 30, "12 streams")
+
+        def settled() -> bool:  # every stream waits for its client (none for a turn)
+            stats = get_json(relay.url + "/stats")
+            return (
+                stats["clients"] == 12 and stats["catching_up"] == 0 and stats["queued_bytes"] > 0
+            )
+
+        wait_for(settled, 30, "12 streams waiting for their clients")
         stats = get_json(relay.url + "/stats")
         grown = _anon_rss(relay.proc.pid) - before
         # The documented bound: a stream holds at most one chunk (and its JSON) at a time.
@@ -75,11 +88,24 @@ def test_unread_whole_buffer_streams_keep_memory_bounded(
         bound = 10 * (1 << 20) + 2 * (5 << 20) + (12 << 20)
         assert grown < bound, f"{grown >> 20} MiB for 12 unread streams"
         assert stats["bytes"] > 30 << 20 and stats["rss_bytes"] > 0
-        assert 0 < stats["queued_bytes"] < 12 << 20
+        assert 0 < stats["queued_bytes"] < 12 << 20, stats
         assert get_json(relay.url + "/healthz")["status"] == "ok"
         for sock in socks:
             sock.close()
         wait_for(lambda: get_json(relay.url + "/stats")["clients"] == 0, 30, "streams closed")
+
+        # Readers catching up together take turns past their first chunk (relay/turns.py),
+        # and each still gets every byte, in order; a client at the head is answered meanwhile.
+        whole = f"{relay.url}/stream?since_scn={start}&max_bytes=268435456&timeout_ms=0"
+        reference = _read_all(whole)
+        with ThreadPoolExecutor(8) as pool:
+            reads = [pool.submit(_read_all, whole) for _ in range(8)]
+            head = get_json(relay.url + "/stats")["max_scn"] - 1
+            at_head = _read_all(f"{relay.url}/stream?since_scn={head}&timeout_ms=0")
+            bodies = [r.result() for r in reads]
+        assert len(reference) > 30 << 20 and reference.endswith(at_head)
+        assert all(body == reference for body in bodies)
+        assert get_json(relay.url + "/stats")["turn_waits"] > 0
     finally:
         relay.stop()
         conn.close()

@@ -181,6 +181,10 @@ def _log_window(previous: int | None, fresh: dict[str, Seeded]) -> Column:
     return (F.col("log_file") >= lowest >> 32) & condition
 
 
+# Parquet row group size of snapshot files (Spark's default is 128 MiB).
+SNAPSHOT_ROW_GROUP_BYTES = 16 << 20
+
+
 def _write(parts: list[Any], path: str, truncates: Any) -> None:
     rows = parts[0]
     for part in parts[1:]:
@@ -199,6 +203,8 @@ def _write(parts: list[Any], path: str, truncates: Any) -> None:
         snapshot.repartition("source")
         .sortWithinPartitions("key")
         .write.mode("overwrite")
+        # small row groups: the server reads a snapshot a row group at a time
+        .option("parquet.block.size", SNAPSHOT_ROW_GROUP_BYTES)
         .partitionBy("source")
         .parquet(path)
     )

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from sluice.bootstrap.store import (
     GENERATION_SHIFT,
@@ -27,6 +28,10 @@ from sluice.errors import SchemaError
 from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
 
 _LOG_COLUMNS = ["scn", "seq", "source", "op", "ts", "schema_version", "key_hash", "payload"]
+_SNAPSHOT_COLUMNS = ("key", "key_hash", "schema_version", "payload")
+_SERVED_COLUMNS = ("key_hash", "schema_version", "payload")
+# Rows per Parquet batch a snapshot read holds (the fold writes small row groups too).
+SNAPSHOT_BATCH = 4096
 _PARTITIONING = ds.partitioning(
     pa.schema([("source", pa.string()), ("log_file", pa.int64())]), flavor="hive"
 )
@@ -65,17 +70,29 @@ def committed_files(store: BootstrapStore) -> list[str]:
     return sorted(p for p, added in files.items() if added)
 
 
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Log files whose SCN ranges overlap (one micro-batch of the job, written by several
+    tasks): read and sorted together, and never more than that at once."""
+
+    files: tuple[str, ...]
+    min_scn: int
+    max_scn: int
+
+
 @dataclass(slots=True)
 class _LogView:
     files: list[str]
-    dataset: ds.Dataset
-    log_files: list[int]
+    runs: list[_Run]
     max_scn: int
     gaps: list[Gap]
 
 
 class StoreReader:
-    """Thread-safe; refreshes its view of the log when Spark commits new files."""
+    """Thread-safe; refreshes its view of the log when Spark commits new files.
+
+    Memory: a log read holds one run (a micro-batch of the bootstrap job) and a snapshot read
+    one Parquet batch of ``SNAPSHOT_BATCH`` rows, whatever the store's size."""
 
     def __init__(self, store: BootstrapStore) -> None:
         self.store = store
@@ -83,7 +100,7 @@ class StoreReader:
         self.registry = SchemaRegistry()
         self._lock = threading.Lock()
         self._view: _LogView | None = None
-        self._snapshots: dict[str, pa.Table] = {}  # by folder (one SCN can be republished)
+        self._ranges: dict[str, tuple[int, int]] = {}  # file -> SCN range (files never change)
 
     # -- log ---------------------------------------------------------------------------------
     def refresh_meta(self) -> None:
@@ -96,27 +113,49 @@ class StoreReader:
         with self._lock:
             if self._view is not None and self._view.files == files:
                 return self._view
-        dataset = ds.dataset(
-            files,
+        ranges = {f: self._scn_range(f) for f in files}
+        runs = _runs(ranges)
+        max_scn = max([self.meta.log_start_scn, *(r.max_scn for r in runs)])
+        gaps: list[Gap] = []
+        if files:
+            markers = (
+                self._dataset(files)
+                .to_table(columns=["source", "scn", "after"], filter=pc.field("op") == "g")
+                .to_pylist()
+            )
+            gaps = sorted(Gap.from_marker(m["source"], m["scn"], m["after"]) for m in markers)
+        view = _LogView(files, runs, max_scn, gaps)
+        with self._lock:
+            self._view = view
+            self._ranges = {f: ranges[f] for f in files}
+        return view
+
+    def _scn_range(self, path: str) -> tuple[int, int]:
+        """A log file's lowest and highest SCN, from its footer's statistics (read once)."""
+        with self._lock:
+            known = self._ranges.get(path)
+        if known is not None:
+            return known
+        meta = pq.read_metadata(path, filesystem=self.store.fs)
+        index = meta.schema.names.index("scn")
+        low, high = None, None
+        for group in range(meta.num_row_groups):
+            stats = meta.row_group(group).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                column = pq.read_table(path, columns=["scn"], filesystem=self.store.fs)["scn"]
+                return int(pc.min(column).as_py() or 0), int(pc.max(column).as_py() or 0)
+            low = stats.min if low is None else min(low, stats.min)
+            high = stats.max if high is None else max(high, stats.max)
+        return int(low or 0), int(high or 0)
+
+    def _dataset(self, files: list[str] | tuple[str, ...]) -> ds.Dataset:
+        return ds.dataset(
+            list(files),
             filesystem=self.store.fs,
             format="parquet",
             partitioning=_PARTITIONING,
             partition_base_dir=self.store.path("log"),
         )
-        log_files = sorted({int(p.split("log_file=")[1].split("/")[0]) for p in files})
-        max_scn = self.meta.log_start_scn
-        gaps: list[Gap] = []
-        if files:
-            column = dataset.to_table(columns=["scn"]).column("scn")
-            max_scn = max(max_scn, pc.max(column).as_py() or 0)
-            markers = dataset.to_table(
-                columns=["source", "scn", "after"], filter=pc.field("op") == "g"
-            ).to_pylist()
-            gaps = sorted(Gap.from_marker(m["source"], m["scn"], m["after"]) for m in markers)
-        view = _LogView(files, dataset, log_files, max_scn, gaps)
-        with self._lock:
-            self._view = view
-        return view
 
     def log_windows(
         self, since: int, flt: wire.Filter, max_bytes: int
@@ -125,15 +164,13 @@ class StoreReader:
         view = self.view()
         sent = 0
         prev = since
-        for log_file in (f for f in view.log_files if f >= since >> 32):
-            condition = (
-                (pc.field("log_file") == log_file)
-                & (pc.field("scn") > since)
-                & (pc.field("op") != "g")  # gap markers are refused before reading
-            )
-            if flt.sources is not None:
-                condition &= pc.field("source").isin([s.decode() for s in flt.sources])
-            table = view.dataset.to_table(columns=_LOG_COLUMNS, filter=condition)
+        condition = (pc.field("scn") > since) & (pc.field("op") != "g")  # gaps: refused before
+        if flt.sources is not None:
+            condition &= pc.field("source").isin([s.decode() for s in flt.sources])
+        for run in view.runs:
+            if run.max_scn <= since:
+                continue
+            table = self._dataset(run.files).to_table(columns=_LOG_COLUMNS, filter=condition)
             table = table.sort_by([("scn", "ascending"), ("seq", "ascending")])
             for record in _windows_of(table, flt, prev):
                 yield record
@@ -141,36 +178,58 @@ class StoreReader:
                 sent += len(record)
                 if sent >= max_bytes:
                     return
+            del table
         yield wire.Heartbeat(max(view.max_scn, since))
 
     # -- snapshots ---------------------------------------------------------------------------
-    def snapshot_table(self, scn: int, source: str, generation: str | None = None) -> pa.Table:
-        """Rows of ``source`` in snapshot ``scn`` (its current folder, or the folder
-        ``generation``)."""
+    def _snapshot_files(self, scn: int, source: str, generation: str | None) -> list[str]:
+        """The Parquet files of ``source`` in snapshot ``scn`` (its current folder, or the
+        folder ``generation``), in name order: a row's position counts across them."""
         folder = self.store.path(
             generation or self.store.snapshot_dir(scn), partition_dir("source", source)
         )
-        with self._lock:
-            cached = self._snapshots.get(folder)
-        if cached is not None:
-            return cached
-        if self.store.fs.get_file_info(folder).type == pafs.FileType.NotFound:
-            table = pa.table({"key": pa.array([], pa.string())})
-        else:
-            table = ds.dataset(folder, filesystem=self.store.fs, format="parquet").to_table(
-                columns=["key", "key_hash", "schema_version", "payload"]
-            )
-            table = table.sort_by([("key", "ascending")])
-        current = self.store.current()
-        keep = {folder.rsplit("/", 1)[0]}  # this generation's tables, and the current one's
-        if current is not None:
-            keep.add(self.store.path(self.store.snapshot_dir(int(current["scn"]))))
-        with self._lock:
-            self._snapshots = {
-                k: v for k, v in self._snapshots.items() if k.rsplit("/", 1)[0] in keep
-            }
-            self._snapshots[folder] = table
-        return table
+        infos = self.store.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        return sorted(
+            i.path
+            for i in infos
+            if i.type == pafs.FileType.File
+            and i.base_name.endswith(".parquet")
+            and not i.base_name.startswith(("_", "."))
+        )
+
+    def snapshot_batches(
+        self,
+        scn: int,
+        source: str,
+        generation: str | None = None,
+        first: int = 0,
+        columns: tuple[str, ...] = _SNAPSHOT_COLUMNS,
+    ) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """``(position of its first row, batch)`` for the snapshot's rows from position
+        ``first`` on, in key order (the fold writes each source's rows sorted by key), read
+        a batch at a time."""
+        at = 0
+        for path in self._snapshot_files(scn, source, generation):
+            parquet = pq.ParquetFile(path, filesystem=self.store.fs)
+            rows = parquet.metadata.num_rows
+            if at + rows <= first:
+                at += rows
+                continue
+            groups, group_at = [], at
+            for group in range(parquet.num_row_groups):
+                size = parquet.metadata.row_group(group).num_rows
+                if group_at + size > first:
+                    groups.append(group)
+                else:
+                    at += size
+                group_at += size
+            for batch in parquet.iter_batches(
+                batch_size=SNAPSHOT_BATCH, row_groups=groups, columns=list(columns)
+            ):
+                if at + batch.num_rows > first:
+                    skip = max(0, first - at)
+                    yield at + skip, batch.slice(skip)
+                at += batch.num_rows
 
     def snapshot_windows(
         self,
@@ -202,27 +261,29 @@ class StoreReader:
     def _source_rows(
         self, scn: int, source: str, flt: wire.Filter, first: int, per_window: int, folder: str
     ) -> Iterator[bytes]:
-        table = self.snapshot_table(scn, source, folder)
         cursor = generation_of(folder) << GENERATION_SHIFT
-        if not table.num_rows:
-            return
         name = source.encode()
-        hashes = table.column("key_hash").to_pylist()
-        versions = table.column("schema_version").to_pylist()
-        payloads = table.column("payload")
         events: list[bytes] = []
-        for row in range(first, table.num_rows):
-            if flt.keeps(hashes[row] & 0xFFFFFFFF, name):
-                codec = self.codec(source, versions[row])
-                payload = codec.snapshot_payload(payloads[row].as_py())
-                events.append(
-                    wire.encode_event(
-                        wire.RawEvent(source, "r", versions[row], hashes[row] & 0xFFFFFFFF, payload)
+        last = -1
+        for at, batch in self.snapshot_batches(scn, source, folder, first, _SERVED_COLUMNS):
+            hashes = batch.column("key_hash").to_pylist()
+            versions = batch.column("schema_version").to_pylist()
+            payloads = batch.column("payload").to_pylist()
+            for i, key_hash in enumerate(hashes):
+                last = at + i
+                if flt.keeps(key_hash & 0xFFFFFFFF, name):
+                    codec = self.codec(source, versions[i])
+                    payload = codec.snapshot_payload(payloads[i])
+                    events.append(
+                        wire.encode_event(
+                            wire.RawEvent(source, "r", versions[i], key_hash & 0xFFFFFFFF, payload)
+                        )
                     )
-                )
-            if len(events) >= per_window or (row == table.num_rows - 1 and events):
-                yield wire.encode_window(scn, cursor | row, 0, events)
-                events = []
+                if len(events) >= per_window:
+                    yield wire.encode_window(scn, cursor | last, 0, events)
+                    events = []
+        if events:
+            yield wire.encode_window(scn, cursor | last, 0, events)
 
     # -- schemas -----------------------------------------------------------------------------
     def codec(self, source: str, version: int) -> RowCodec:
@@ -238,6 +299,24 @@ class StoreReader:
             for schema in versions:
                 self.registry.add(TableSchema.from_avro(schema))
         return body
+
+
+def _runs(ranges: dict[str, tuple[int, int]]) -> list[_Run]:
+    """Files grouped where their SCN ranges overlap, in SCN order."""
+    runs: list[_Run] = []
+    files: list[str] = []
+    low = high = -1
+    for path, (lo, hi) in sorted(ranges.items(), key=lambda item: item[1]):
+        if files and lo > high:
+            runs.append(_Run(tuple(files), low, high))
+            files = []
+        if not files:
+            low, high = lo, hi
+        files.append(path)
+        high = max(high, hi)
+    if files:
+        runs.append(_Run(tuple(files), low, high))
+    return runs
 
 
 def _windows_of(table: pa.Table, flt: wire.Filter, prev: int) -> Iterator[bytes]:
@@ -275,17 +354,16 @@ def snapshot_rows(store: BootstrapStore, source: str) -> dict[str, dict[str, Any
     scn = store.current_snapshot()
     if scn is None:
         return {}
-    table = reader.snapshot_table(scn, source)
-    if not table.num_rows:
-        return {}
     out: dict[str, dict[str, Any]] = {}
-    keys = table.column("key").to_pylist()
-    versions = table.column("schema_version").to_pylist()
-    for key, version, payload in zip(
-        keys, versions, table.column("payload").to_pylist(), strict=True
-    ):
-        codec = reader.codec(source, version)
-        _key, _before, after = codec.decode_event(codec.snapshot_payload(payload))
-        assert after is not None
-        out[key] = after
+    for _at, batch in reader.snapshot_batches(scn, source):
+        for key, version, payload in zip(
+            batch.column("key").to_pylist(),
+            batch.column("schema_version").to_pylist(),
+            batch.column("payload").to_pylist(),
+            strict=True,
+        ):
+            codec = reader.codec(source, version)
+            _key, _before, after = codec.decode_event(codec.snapshot_payload(payload))
+            assert after is not None
+            out[key] = after
     return out

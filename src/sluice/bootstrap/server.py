@@ -24,11 +24,21 @@ from sluice.core import wire
 from sluice.core.component import AsyncComponent
 from sluice.core.requests import HttpProblem, parse_offsets, parse_partition, parse_stream
 from sluice.schemas.events import decode_window
-from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text, start_site
+from sluice.web import (
+    BINARY_TYPE,
+    errors_as_json,
+    json_response,
+    metrics_text,
+    rss_bytes,
+    start_site,
+)
 
 log = logging.getLogger(__name__)
 # A connection without a complete request after this long is closed.
 HEADER_TIMEOUT_S = 10.0
+# Streams (/stream, /snapshot) served at once; each holds at most one run of the log or one
+# Parquet batch of a snapshot (bootstrap/reader.py), so this bounds the server's memory.
+MAX_CLIENTS = 32
 _CHUNK = 256 * 1024
 _DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII digits only: str.isdigit() takes '²' too
 
@@ -36,9 +46,18 @@ _DIGITS = re.compile(r"[0-9]{1,20}")  # ASCII digits only: str.isdigit() takes '
 class BootstrapServer(AsyncComponent):
     """``async with BootstrapServer(store_uri, port=0) as server:``; ``server.port``."""
 
-    def __init__(self, store: str, host: str = "127.0.0.1", port: int = 7080) -> None:
+    def __init__(
+        self,
+        store: str,
+        host: str = "127.0.0.1",
+        port: int = 7080,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
         self.reader = StoreReader(BootstrapStore(store))
         self.host, self.port = host, port
+        self.max_clients = max_clients
+        self.clients = 0  # /stream and /snapshot answers being written now
+        self.rejected_clients = 0
         self.requests = 0
         self.rows_served = 0
         self._runner: web.AppRunner | None = None
@@ -93,6 +112,9 @@ class BootstrapServer(AsyncComponent):
             "snapshots": dict.fromkeys(self.sources, snapshot),
             "sources": list(self.sources),
             "rows_served": self.rows_served,
+            "clients": self.clients,
+            "rejected_clients": self.rejected_clients,
+            "rss_bytes": rss_bytes(),
             "tables": self._tables(current, view.gaps),
         }
 
@@ -130,6 +152,9 @@ class BootstrapServer(AsyncComponent):
                 ("snapshot_scn", "gauge", stats["snapshot_scn"] or 0),
                 ("rows_served_total", "counter", self.rows_served),
                 ("requests_total", "counter", self.requests),
+                ("clients", "gauge", stats["clients"]),
+                ("rejected_clients_total", "counter", stats["rejected_clients"]),
+                ("rss_bytes", "gauge", stats["rss_bytes"]),
             ],
         )
         return web.Response(text=text, content_type="text/plain")
@@ -239,7 +264,28 @@ class BootstrapServer(AsyncComponent):
         as_json: bool,
         headers: dict[str, str] | None = None,
     ) -> web.StreamResponse:
+        if self.clients >= self.max_clients:
+            self.rejected_clients += 1
+            raise HttpProblem(
+                503,
+                f"this server streams to {self.max_clients} clients at once (--max-clients); "
+                "retry in a second",
+                headers={"Retry-After": "1"},
+            )
         self.requests += 1
+        self.clients += 1
+        try:
+            return await self._write(request, frames, as_json, headers)
+        finally:
+            self.clients -= 1
+
+    async def _write(
+        self,
+        request: web.Request,
+        frames: Iterator[bytes | wire.Heartbeat],
+        as_json: bool,
+        headers: dict[str, str] | None,
+    ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={
                 "Content-Type": "application/x-ndjson" if as_json else BINARY_TYPE,

@@ -99,6 +99,12 @@ def add_parser(sub: Any) -> None:
     serve.add_argument("--store", required=True)
     serve.add_argument("--port", type=int, default=7080)
     serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument(
+        "--max-clients",
+        type=int,
+        default=32,
+        help="streams served at once; more get 503 + Retry-After (bounds memory)",
+    )
     serve.set_defaults(run=_serve)
 
 
@@ -200,9 +206,11 @@ def _compact(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from sluice.bootstrap.server import BootstrapServer  # noqa: PLC0415
 
+    if args.max_clients < 1:
+        raise ConfigError(f"--max-clients must be at least 1, got {args.max_clients}")
     if not _wait_for_store(args.store):
         return 0
-    server = BootstrapServer(args.store, args.host, args.port)
+    server = BootstrapServer(args.store, args.host, args.port, args.max_clients)
     return asyncio.run(
         serve_until_signal(
             server, lambda: f"sluice bootstrap serving on http://{args.host}:{server.port}"

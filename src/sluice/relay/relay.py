@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,8 +19,9 @@ from sluice.relay.config import RelayConfig
 from sluice.relay.handoff import Handoff
 from sluice.relay.server import make_app
 from sluice.relay.store import STATE_FILE, BufferStore
+from sluice.relay.turns import Turns
 from sluice.schemas import SchemaRegistry
-from sluice.web import start_site
+from sluice.web import rss_bytes, start_site
 
 log = logging.getLogger(__name__)
 # Failures a background task retries: they pass when the disk or the descriptors free up.
@@ -53,6 +53,7 @@ class Relay(AsyncComponent):
         self._tasks: list[asyncio.Task[None]] = []
         self._started_at = time.time()
         self.rejected_clients = 0
+        self.turns = Turns()  # bulk chunks share the loop fairly (relay/turns.py)
         # requests streaming now, by id (for the bytes queued to them)
         self.streams: dict[int, web.Request] = {}
         self.task_errors: dict[str, str] = {}  # a background task failing now, and why
@@ -278,7 +279,10 @@ class Relay(AsyncComponent):
             "clients": self.clients,
             "rejected_clients": self.rejected_clients,
             "queued_bytes": self.queued_bytes(),
-            "rss_bytes": _rss_bytes(),
+            # streams catching up that wait for their turn now, and turns waited in all
+            "catching_up": self.turns.waiting,
+            "turn_waits": self.turns.waits,
+            "rss_bytes": rss_bytes(),
             "persist": {
                 "persisted_scn": self.persisted_scn,
                 "error": self.task_errors.get("persist"),
@@ -368,6 +372,8 @@ class Relay(AsyncComponent):
             ("clients", "gauge", s["clients"]),
             ("rejected_clients_total", "counter", s["rejected_clients"]),
             ("queued_bytes", "gauge", s["queued_bytes"]),
+            ("catching_up_streams", "gauge", s["catching_up"]),
+            ("turn_waits_total", "counter", s["turn_waits"]),
             ("rss_bytes", "gauge", s["rss_bytes"]),
             ("persisted_scn", "gauge", s["persist"]["persisted_scn"]),
             ("persist_failures_total", "counter", s["persist"]["failures"]),
@@ -387,12 +393,3 @@ class Relay(AsyncComponent):
                 if isinstance(value, int | float) and not isinstance(value, bool)
             ),
         ]
-
-
-def _rss_bytes() -> int:
-    """This process's resident memory now (Linux), or 0 where /proc has no answer."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0

@@ -13,6 +13,7 @@ from sluice.core.buffer import EventBuffer, Span
 from sluice.core.requests import HttpProblem, StreamRequest, parse_offsets, parse_stream
 from sluice.errors import BootstrapRequired, SchemaError
 from sluice.relay.cold import MAX_COLD_READS, ColdRead
+from sluice.relay.turns import Turns
 from sluice.relay.view import RelayView
 from sluice.schemas.events import json_lines
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text
@@ -39,6 +40,7 @@ def make_app(relay: RelayView) -> web.Application:
 class _Api:
     def __init__(self, relay: RelayView) -> None:
         self.relay = relay
+        self.turns = relay.turns
 
     async def offsets(self, request: web.Request) -> web.Response:
         """The SCN at which ``max_events`` events after ``since_scn`` end (whole windows)."""
@@ -155,7 +157,7 @@ class _Api:
         relay.streams[id(request)] = request
         try:
             await response.prepare(request)
-            await body(_Streamer(relay, req, response))
+            await body(_Streamer(relay, req, response, self.turns))
             await response.write_eof()
         except _Evicted:
             if request.transport is not None:
@@ -206,12 +208,16 @@ def _held_windows(buffer: EventBuffer, since_scn: int) -> Iterator[bytes]:
 
 class _Streamer:
     """Writes windows after ``since_scn`` until ``max_bytes`` or the long-poll timeout, a chunk
-    at a time: each write waits until the client has taken the previous one."""
+    at a time: each write waits until the client has taken the previous one, and every chunk
+    after the first waits for its turn (relay/turns.py)."""
 
-    def __init__(self, relay: RelayView, req: StreamRequest, response: web.StreamResponse) -> None:
+    def __init__(
+        self, relay: RelayView, req: StreamRequest, response: web.StreamResponse, turns: Turns
+    ) -> None:
         self.relay = relay
         self.req = req
         self.response = response
+        self.turns = turns
         self.sent = 0
 
     async def run(self) -> None:
@@ -251,31 +257,40 @@ class _Streamer:
         sent: a window overwritten while its client lagged cuts the stream (the client's retry
         then gets the 410)."""
         if self.req.json or not self.req.filter.is_open:
+            await self._turn()
             record = buffer.copy(span.start, span.end)
             _check_held(buffer, span)
             await self.send([record])
             return
         for start in range(span.start, span.end, CHUNK_BYTES):
+            await self._turn()
             piece = buffer.copy(start, min(start + CHUNK_BYTES, span.end))
             _check_held(buffer, span)
-            self.sent += len(piece)
-            self.relay.bytes_served += len(piece)
-            await self.response.write(piece)
+            await self._write(piece)
 
     async def send(self, windows: list[bytes]) -> None:
         kept = [w for w in (wire.filter_window(w, self.req.filter) for w in windows) if w]
         if not kept:
             return
         if not self.req.json:
-            data = b"".join(kept)
-            self.sent += len(data)
-            self.relay.bytes_served += len(data)
-            await self.response.write(data)
+            await self._write(b"".join(kept))
             return
-        for data in self.json_chunks(kept):
-            self.sent += len(data)
-            self.relay.bytes_served += len(data)
-            await self.response.write(data)
+        chunks = self.json_chunks(kept)
+        data = next(chunks, None)
+        while data is not None:
+            await self._write(data)
+            await self._turn()  # encoding the next chunk is bulk work too
+            data = next(chunks, None)
+
+    async def _turn(self) -> None:
+        """A stream past its first chunk is catching up: it waits for a turn."""
+        if self.sent >= CHUNK_BYTES:
+            await self.turns.take()
+
+    async def _write(self, data: bytes) -> None:
+        self.sent += len(data)
+        self.relay.bytes_served += len(data)
+        await self.response.write(data)
 
     def json_chunks(self, windows: list[bytes]) -> Iterator[bytes]:
         """The windows' events as JSON lines, in chunks of about ``CHUNK_BYTES``."""

@@ -12,6 +12,7 @@ from aiohttp import web
 from sluice.capture import CapturedWindow, CaptureSettings
 from sluice.core.buffer import EventBuffer
 from sluice.relay.config import RelayConfig
+from sluice.relay.turns import Turns
 from sluice.schemas import SchemaRegistry
 
 
@@ -26,6 +27,7 @@ class RelayView(Protocol):
     cold_reads: int
     bytes_served: int
     streams: dict[int, web.Request]
+    turns: Turns
 
     @property
     def buffer(self) -> EventBuffer: ...
