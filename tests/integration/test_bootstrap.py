@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 import pymysql
 import pytest
 
+from sluice.bootstrap import reader as reader_module
 from sluice.bootstrap.fold import fold
 from sluice.bootstrap.job import BootstrapJob, JobConfig
 from sluice.bootstrap.reader import snapshot_rows
@@ -206,6 +209,43 @@ def test_bootstrap_server_stats_and_errors(pipeline: dict[str, Any]) -> None:
     rows = [json.loads(line) for line in body.splitlines()]
     assert status == 200 and rows and {r["op"] for r in rows} == {"r"}
     assert all(r["before"] is None and r["scn"] == stats["snapshot_scn"] for r in rows)
+
+
+def test_snapshot_reads_resume_at_any_row_across_parquet_batches(
+    pipeline: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server reads a snapshot a Parquet batch at a time (bounded memory); a cursor in
+    the middle of a batch, at its edge, or at the last row resumes exactly after that row."""
+    monkeypatch.setattr(reader_module, "SNAPSHOT_BATCH", 7)
+    url, source = pipeline["server"].url, pipeline["source"]
+    status, body = http_status(f"{url}/snapshot?format=json&sources={source}")
+    full = body.splitlines()
+    assert status == 200 and len(full) > 100
+    generation = 1 << GENERATION_SHIFT
+    for row in (0, 5, 6, 7, 13, 14, len(full) // 2, len(full) - 2, len(full) - 1):
+        cursor = generation | row
+        status, body = http_status(
+            f"{url}/snapshot?format=json&sources={source}&after={source}:{cursor}"
+        )
+        assert status == 200 and body.splitlines() == full[row + 1 :], row
+
+
+def test_bootstrap_server_admits_max_clients_streams_and_answers_health(
+    pipeline: dict[str, Any],
+) -> None:
+    store = str(pipeline["store"].uri)
+    with ServiceThread(BootstrapServer(store, port=0, max_clients=0)) as server:
+        for path in ("/snapshot", f"/stream?since_scn={pipeline['start']}"):
+            try:
+                urllib.request.urlopen(server.url + path, timeout=30)
+                raise AssertionError(f"{path} was served beyond max_clients")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 503 and exc.headers["Retry-After"] == "1"
+                assert "max-clients" in json.loads(exc.read())["error"]
+        assert http_status(server.url + "/healthz")[0] == 200
+        stats = get_json(server.url + "/stats")
+        assert stats["rejected_clients"] == 2 and stats["clients"] == 0
+        assert stats["rss_bytes"] > 0
 
 
 def test_spark_source_reads_snapshot_then_log(

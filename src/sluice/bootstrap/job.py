@@ -40,6 +40,9 @@ class JobConfig:
     once: bool = False  # read what the relay holds now, fold, and exit
     seed: str | None = None  # seed sources never seeded, from this database (its URL)
     seed_chunk_rows: int | None = None
+    # Events per micro-batch: bounds the job's batches and what the bootstrap server holds
+    # to serve one run of the log.
+    max_events_per_trigger: int = 1_000_000
     quiet: bool = False  # Spark's own output to a log file (the CLI), not stderr
 
 
@@ -140,6 +143,7 @@ class BootstrapJob:
             # Where the source has purged those binlogs too, the log records a gap (and the
             # job seeds the tables again) rather than stopping for good.
             "markGaps": "true",
+            "maxEventsPerTrigger": str(self.config.max_events_per_trigger),
         }
 
     def _prepare(self) -> int:

@@ -38,6 +38,13 @@ def add_parser(sub: Any) -> None:
     run_p.add_argument("--trigger-seconds", type=float, default=2.0)
     run_p.add_argument("--fold-every", type=float, default=30.0, metavar="SECONDS")
     run_p.add_argument(
+        "--max-events-per-trigger",
+        type=int,
+        default=1_000_000,
+        metavar="N",
+        help="events per micro-batch (bounds the job's batches and the server's memory)",
+    )
+    run_p.add_argument(
         "--once", action="store_true", help="read what the relay holds now, fold, and exit"
     )
     run_p.set_defaults(run=_run)
@@ -114,6 +121,10 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.seed:
         check_url(args.seed)
+    if args.max_events_per_trigger < 1:
+        raise ConfigError(
+            f"--max-events-per-trigger must be at least 1, got {args.max_events_per_trigger}"
+        )
     job = BootstrapJob(
         JobConfig(
             relays=tuple(args.relay),
@@ -126,6 +137,7 @@ def _run(args: argparse.Namespace) -> int:
             once=args.once,
             seed=args.seed,
             seed_chunk_rows=args.chunk_rows,
+            max_events_per_trigger=args.max_events_per_trigger,
             quiet=True,
         )
     )
