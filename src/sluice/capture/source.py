@@ -10,8 +10,9 @@ from __future__ import annotations
 import errno
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -77,6 +78,9 @@ class CaptureSettings:
     max_window_bytes: int | None = None  # refuse a transaction bigger than this as it grows
     on_decode_error: str = "stop_source"
     server_id: int | None = None  # MySQL: the binlog dump's server id
+    # per-table settings (``[tables."DB.T"]``), for kinds that take them (query sources)
+    table_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    state_dir: Path | None = None  # where a kind may keep its own state (the relay's data dir)
 
 
 class CaptureSource(Protocol):
@@ -113,6 +117,11 @@ _KINDS = {
     "mariadb": "sluice.capture.mysql.capture",
     "postgresql": "sluice.capture.postgres.capture",
     "postgres": "sluice.capture.postgres.capture",
+    "query+sqlite": "sluice.capture.query.capture",
+    "query+postgresql": "sluice.capture.query.capture",
+    "query+postgres": "sluice.capture.query.capture",
+    "query+mysql": "sluice.capture.query.capture",
+    "query+mariadb": "sluice.capture.query.capture",
 }
 
 
@@ -148,7 +157,14 @@ def _kind(url: str) -> Any:
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
     """The capture of the source ``url`` names, by its scheme."""
-    opened: CaptureSource = _kind(url).open_capture(url, settings)
+    kind = _kind(url)
+    if settings.table_options and not getattr(kind, "TAKES_TABLE_OPTIONS", False):
+        first = next(iter(settings.table_options))
+        raise ConfigError(
+            f'[tables."{first}"] settings apply to query sources (query+...://) only; '
+            "remove them for this source"
+        )
+    opened: CaptureSource = kind.open_capture(url, settings)
     return opened
 
 

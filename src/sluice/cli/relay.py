@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         buffer_size=args.buffer_size,
         on_decode_error=args.on_decode_error,
         max_clients=args.max_clients,
+        table_options=_file_table_options(args.config) if args.tables else None,
     )
     relay = Relay(config)
 
@@ -88,3 +90,15 @@ def run(args: argparse.Namespace) -> int:
         return f"sluice relay listening on http://{config.host}:{relay.port}"
 
     return asyncio.run(serve_until_signal(relay, started))
+
+
+def _file_table_options(config_file: Path | None) -> dict[str, Any] | None:
+    """``[tables."DB.T"]`` sections of the settings file: kept when ``--table`` also names
+    tables (the flag's list would otherwise replace them)."""
+    if config_file is None or not config_file.is_file():
+        return None
+    try:
+        tables = tomllib.loads(config_file.read_text("utf-8")).get("tables")
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None  # RelayConfig.load says what is wrong with the file
+    return tables if isinstance(tables, dict) else None

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from sluice.core.names import canonical_source
 from sluice.errors import ConfigError
@@ -17,6 +17,9 @@ class RelayConfig(SluiceSettings):
 
     source: SecretStr = Field(description="mysql://USER[:PASSWORD]@HOST:PORT")
     tables: list[str] = Field(min_length=1, description="captured tables, DB.TABLE")
+    # Per-table settings of sources that take them (query sources): ``[tables."DB.T"]`` in
+    # the TOML file, which then also names the tables.
+    table_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     data_dir: Path
     host: str = "127.0.0.1"
     port: int = Field(default=7070, ge=0, le=65535)
@@ -33,6 +36,24 @@ class RelayConfig(SluiceSettings):
     header_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # A row capture cannot decode: stop capturing its table (the others go on), or skip it.
     on_decode_error: Literal["stop_source", "skip"] = "stop_source"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tables_with_options(cls, data: Any) -> Any:
+        """``[tables."DB.T"]`` sections: the table names, and their settings."""
+        if isinstance(data, dict) and isinstance(data.get("tables"), dict):
+            sections = data["tables"]
+            data = {**data, "tables": list(sections)}
+            data["table_options"] = {**sections, **data.get("table_options", {})}
+        return data
+
+    @field_validator("table_options")
+    @classmethod
+    def _options_named(cls, options: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        try:
+            return {canonical_source(table): dict(v) for table, v in options.items()}
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("tables")
     @classmethod

@@ -139,6 +139,8 @@ class Relay(AsyncComponent):
             max_window_bytes=self._store.buffer.capacity,
             on_decode_error=self.config.on_decode_error,
             server_id=self.config.server_id,
+            table_options=self.config.table_options,
+            state_dir=self.config.data_dir,
         )
 
     def _start_scn(self, store: BufferStore, end_scn: int) -> int:

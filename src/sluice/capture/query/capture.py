@@ -1,0 +1,242 @@
+"""The query source: tables polled with SQL (Kafka Connect JDBC style) as a ``CaptureSource``.
+
+SCN: synthetic, strictly increasing, about the poll's time in microseconds since the epoch
+(``max(previous + 1, now)``), so it also orders against the SCNs of a restarted relay. Each
+page of a poll is one window; the page's positions go to the journal (``journal.py``) before
+the window goes to the relay, which is what makes "resume after SCN s" exact.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from sluice.capture.query.dialect import Dialect
+from sluice.capture.query.journal import JOURNAL, Journal
+from sluice.capture.query.options import TableOptions, parse_options
+from sluice.capture.query.poll import TablePoller, check_columns
+from sluice.capture.seeding import Seeder
+from sluice.capture.source import (
+    CapturedWindow,
+    CaptureSettings,
+    CaptureSource,
+    CaptureStats,
+    run_supervised,
+)
+from sluice.errors import ConfigError, DecodeError, SluiceError, SourceSetupError
+from sluice.schemas import TableSchema
+
+log = logging.getLogger(__name__)
+TAKES_TABLE_OPTIONS = True  # [tables."..."] settings (source.open_capture checks)
+_HINT = (
+    "expected query+sqlite:///relative/app.db, query+sqlite:////absolute/app.db, "
+    "query+postgresql://USER@HOST:PORT/DB or query+mysql://USER@HOST:PORT"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryUrl:
+    kind: str  # sqlite | postgresql | mysql
+    target: str  # the SQLite path, or the inner database URL (password included)
+
+    def __repr__(self) -> str:
+        return f"QueryUrl({self.kind})"
+
+
+def parse_url(url: str) -> QueryUrl:
+    scheme, _, rest = url.partition("://")
+    inner = scheme.lower().removeprefix("query+")
+    if not scheme.lower().startswith("query+") or not rest:
+        raise ConfigError(f"bad query source URL; {_HINT}")
+    if inner == "sqlite":
+        parts = urlsplit("sqlite://" + rest)
+        if parts.netloc or len(parts.path) < 2:
+            raise ConfigError(f"bad SQLite URL (three slashes, then the path); {_HINT}")
+        return QueryUrl("sqlite", parts.path[1:])
+    if inner in ("postgresql", "postgres"):
+        from sluice.capture.postgres.setup import parse_pg_url  # noqa: PLC0415
+
+        parse_pg_url("postgresql://" + rest)
+        return QueryUrl("postgresql", "postgresql://" + rest)
+    if inner in ("mysql", "mariadb"):
+        from sluice.capture.mysql.url import parse_source_url  # noqa: PLC0415
+
+        parse_source_url("mysql://" + rest)
+        return QueryUrl("mysql", "mysql://" + rest)
+    raise ConfigError(f"unknown query source {scheme!r}; {_HINT}")
+
+
+def dialect_of(parsed: QueryUrl) -> Dialect:
+    if parsed.kind == "sqlite":
+        from sluice.capture.query.sqlite import SqliteDialect  # noqa: PLC0415
+
+        return SqliteDialect(parsed.target)
+    if parsed.kind == "postgresql":
+        from sluice.capture.query.postgres import PgDialect  # noqa: PLC0415
+
+        return PgDialect(parsed.target)
+    from sluice.capture.query.mysql import MySQLDialect  # noqa: PLC0415
+
+    return MySQLDialect(parsed.target)
+
+
+def describe(url: str, source: str) -> TableSchema:
+    dialect = dialect_of(parse_url(url))
+    dialect.connect()
+    try:
+        return dialect.describe(source)
+    finally:
+        dialect.close()
+
+
+def open_seeder(url: str) -> Seeder:
+    raise ConfigError(
+        "a query source needs no seed: the relay's first poll reads every existing row "
+        "(start the relay with an empty --data-dir, or --since-scn 0)"
+    )
+
+
+def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
+    parsed = parse_url(url)
+    return QueryCapture(lambda: dialect_of(parsed), settings)
+
+
+@dataclass(frozen=True, slots=True)
+class _Info:
+    end_scn: int
+
+
+class QueryCapture:
+    """Polls its tables in one thread; not ``rereadable`` (a poll cannot go back in time)."""
+
+    rereadable = False
+
+    def __init__(self, make_dialect: Callable[[], Dialect], settings: CaptureSettings) -> None:
+        self.settings = settings
+        self.stats = CaptureStats()
+        self.dialect = make_dialect()
+        self.options = _table_options(settings.tables, settings.table_options)
+        self.journal = Journal(settings.state_dir)
+        self.pollers: dict[str, TablePoller] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._persisted = 0
+        self._scn = 0
+
+    # -- CaptureSource -----------------------------------------------------------------------
+    def check(self) -> _Info:
+        """Every table readable and its options fitting its columns, before anything starts."""
+        self.dialect.connect()
+        try:
+            for source, options in self.options.items():
+                check_columns(self.dialect.describe(source), options)
+        except self.dialect.transient as exc:
+            raise SourceSetupError(f"the {self.dialect.name} database refused: {exc}") from None
+        return _Info(self.journal.last_scn)
+
+    def start(self, since_scn: int | None) -> int:
+        if self._thread is not None:
+            raise SluiceError("capture already started")
+        since = self.journal.last_scn if since_scn is None else since_scn
+        positions = self.journal.positions_at(since)
+        if positions is None:
+            raise SourceSetupError(
+                f"no poll positions are recorded at SCN {since} in {JOURNAL}: this query "
+                "source can resume only where it stopped; start with --since-scn 0 (every row "
+                "again) or an empty --data-dir"
+            )
+        self._scn = max(since, self.journal.last_scn)
+        self._persisted = since
+        self.pollers = {
+            source: TablePoller(
+                source, options, self.dialect, self.settings.registry, positions.get(source)
+            )
+            for source, options in self.options.items()
+        }
+        self.stats.last_scn = self.stats.source_end_scn = since
+        self._thread = threading.Thread(target=self._run, name="sluice-query-poll", daemon=True)
+        self._thread.start()
+        return since
+
+    def on_persisted(self, scn: int) -> None:
+        self._persisted = scn
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.dialect.close()
+        self.journal.close()
+
+    # -- the poll thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        run_supervised(
+            self._poll_forever,
+            self._stop,
+            self.stats,
+            self.dialect.transient,
+            self.settings.on_fatal,
+            f"the {self.dialect.name} database",
+        )
+
+    def _poll_forever(self) -> None:
+        self.dialect.close()
+        self.dialect.connect()
+        self.stats.connected = True
+        self.stats.local_error = None
+        due = dict.fromkeys(self.pollers, 0.0)
+        while not self._stop.is_set():
+            for source in sorted(due, key=due.__getitem__):
+                if due[source] > time.monotonic() or source in self.stats.stopped_sources:
+                    continue
+                self._poll(source)
+                due[source] = time.monotonic() + self.options[source].poll_interval_s
+            self.stats.last_seen_ms = int(time.time() * 1000)
+            self.journal.compact(self._persisted)
+            self._stop.wait(max(0.0, min(due.values(), default=1.0) - time.monotonic()))
+
+    def _poll(self, source: str) -> None:
+        poller = self.pollers[source]
+        try:
+            for page in poller.poll():
+                self._deliver(source, page.events, page.position)
+        except DecodeError as exc:
+            self.stats.stopped_sources[source] = str(exc)
+            log.error(
+                "capture of %s stopped: %s; the other tables go on. Fix the row, then "
+                "restart the relay",
+                source,
+                exc,
+            )
+        finally:
+            self.journal.sync()
+        self.stats.tables[source] = {"mode": self.options[source].mode, **poller.position}
+
+    def _deliver(self, source: str, events: list[bytes], position: dict[str, Any]) -> None:
+        now_us = int(time.time() * 1_000_000)
+        self._scn = scn = max(self._scn + 1, now_us)
+        positions = {s: p.position for s, p in self.pollers.items()}
+        positions[source] = position
+        self.journal.append(scn, positions)  # before the window leaves: resume is exact
+        self.settings.sink(CapturedWindow(scn, now_us // 1000, events))
+        stats = self.stats
+        stats.windows += 1
+        stats.events += len(events)
+        stats.last_scn = stats.source_end_scn = scn
+        stats.last_commit_ms = stats.last_receive_ms = stats.last_seen_ms = now_us // 1000
+
+
+def _table_options(
+    tables: tuple[str, ...], raw: Mapping[str, Mapping[str, Any]]
+) -> dict[str, TableOptions]:
+    stray = sorted(set(raw) - set(tables))
+    if stray:
+        raise ConfigError(
+            f'[tables."{stray[0]}"] names a table this relay does not capture ({", ".join(tables)})'
+        )
+    return {t: parse_options(t, raw.get(t)) for t in tables}

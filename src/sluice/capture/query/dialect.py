@@ -1,0 +1,69 @@
+"""What the query source needs of a database: its tables' schemas, SQL spelling, and rows.
+
+A ``Dialect`` is one connection's worth of a database kind. Rows come out as the schema's
+canonical values (what log capture of that kind decodes, so the same row encodes to the same
+bytes) plus the *raw* values of the position columns, which are bound back unchanged in the
+next poll's ``WHERE`` (a timestamp's own text compares exactly as the database stores it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sluice.schemas import TableSchema
+
+# Kinds a timestamp column may have, and an incrementing one.
+TIME_KINDS = frozenset({"datetime", "timestamp", "date"})
+INT_KINDS = frozenset({"int", "uint64", "year"})
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    """``SELECT <columns>, <extra> FROM <table> WHERE <where> ORDER BY <order>``."""
+
+    schema: TableSchema
+    extra: tuple[str, ...]  # SQL expressions whose raw values come back beside the row
+    where: str  # with the dialect's placeholders
+    args: tuple[Any, ...]
+    order: str
+    limit: int | None  # rows of one page (None: all)
+
+    def tail(self) -> str:
+        """``ORDER BY ... LIMIT n``, the same in every dialect here."""
+        limit = "" if self.limit is None else f" LIMIT {int(self.limit)}"
+        return f" ORDER BY {self.order}{limit}"
+
+
+class Dialect(Protocol):
+    """One connection to a database, for the query source's poll thread."""
+
+    name: str
+    transient: tuple[type[BaseException], ...]  # a failure that a reconnect may cure
+
+    def connect(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def describe(self, source: str) -> TableSchema:
+        """Columns and primary key (``SourceSetupError`` for an unknown or unreadable table)."""
+        ...
+
+    def quote(self, name: str) -> str: ...
+
+    def table_ref(self, source: str) -> str: ...
+
+    def placeholder(self, schema: TableSchema, column: str | None) -> str:
+        """A bound parameter compared with ``column`` (None: a plain value)."""
+        ...
+
+    def before_now(self, schema: TableSchema, column: str, delay_s: float) -> tuple[str, Any]:
+        """SQL for "``delay_s`` before the database's now", in ``column``'s own terms, and
+        its argument (or None)."""
+        ...
+
+    def rows(self, select: Select) -> Iterator[tuple[list[Any], Sequence[Any]]]:
+        """``(canonical row, raw extra values)`` of the query, streamed (never all at once);
+        ``DecodeError`` names the table and column of a value it cannot convert."""
+        ...

@@ -1,0 +1,101 @@
+"""MySQL/MariaDB for the query source (``query+mysql://USER@HOST:PORT``; tables are
+``DB.TABLE``): no binlog, no replication rights, just ``SELECT``. Rows are read from the text
+protocol's packets by seeding's generated parser, so a polled row has the canonical values
+(and bytes) a captured one has; position values come back as text."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+
+from sluice.capture.mysql.describe import describe_table
+from sluice.capture.mysql.seed import _select_expr, q, row_parser, table_ref
+from sluice.capture.mysql.url import parse_source_url
+from sluice.capture.query.dialect import Select
+from sluice.errors import SourceConnectionError, SourceSetupError
+from sluice.schemas import Column, TableSchema
+
+
+class MySQLDialect:
+    name = "MySQL"
+    transient: tuple[type[BaseException], ...] = (
+        pymysql.err.OperationalError,
+        pymysql.err.InterfaceError,
+        SourceConnectionError,
+    )
+
+    def __init__(self, url: str) -> None:
+        self.url = parse_source_url(url)
+        self.conn: pymysql.Connection[Any] | None = None
+
+    def connect(self) -> None:
+        self.conn = self.url.params().connect(autocommit=True)
+        with self.conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            with contextlib.suppress(pymysql.err.Error):
+                self.conn.close()
+            self.conn = None
+
+    def _db(self) -> pymysql.Connection[Any]:
+        if self.conn is None:
+            self.connect()
+        assert self.conn is not None
+        return self.conn
+
+    def describe(self, source: str) -> TableSchema:
+        conn = self._db()
+        schema = describe_table(conn, source)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT 1 FROM {table_ref(source)} LIMIT 0")
+        except pymysql.err.OperationalError as exc:
+            if exc.args and exc.args[0] in (1142, 1143):
+                raise SourceSetupError(
+                    f"the user may not read {source}: GRANT SELECT ON {source} TO the user",
+                    source=source,
+                ) from None
+            raise
+        return schema
+
+    def quote(self, name: str) -> str:
+        return q(name)
+
+    def table_ref(self, source: str) -> str:
+        return table_ref(source)
+
+    def placeholder(self, schema: TableSchema, column: str | None) -> str:
+        return "%s"
+
+    def before_now(self, schema: TableSchema, column: str, delay_s: float) -> tuple[str, Any]:
+        return "(NOW(6) - INTERVAL %s MICROSECOND)", int(delay_s * 1_000_000)
+
+    def rows(self, select: Select) -> Iterator[tuple[list[Any], Sequence[Any]]]:
+        schema = select.schema
+        extras = [Column(f"_x{i}", "string", True, "text") for i in range(len(select.extra))]
+        parse = row_parser((*schema.columns, *extras))
+        exprs = ", ".join(_select_expr(c) for c in schema.columns)
+        extra = "".join(f", CAST({e} AS CHAR)" for e in select.extra)
+        sql = f"SELECT {exprs}{extra} FROM {table_ref(schema.source)} WHERE {select.where}"
+        conn = self._db()
+        cur = conn.cursor(pymysql.cursors.SSCursor)
+        cur.execute(sql + select.tail(), select.args or None)
+        width = len(schema.columns)
+        result = cur._result  # unbuffered: the row packets are still unread
+        try:
+            while True:
+                packet = conn._read_packet()
+                if result._check_packet_is_eof(packet):
+                    result.unbuffered_active = False
+                    result.connection = None
+                    break
+                values = parse(packet._data)
+                yield values[:width], values[width:]
+        finally:
+            cur.close()

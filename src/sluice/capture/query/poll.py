@@ -1,0 +1,241 @@
+"""One table's polls: the page queries of its mode, the rows' ops, and where it stands.
+
+Modes follow Kafka Connect's JDBC source. Each page is one query, ``ORDER BY`` the position
+columns with a ``LIMIT``, continuing after the previous page's last row (keyset paging: a
+page never holds a transaction open across the table, and an index on the position columns
+serves it):
+
+- ``incrementing``: ``inc > last_inc``. New rows only.
+- ``timestamp``: ``last_ts < ts < now - delay``. A page is cut only where the timestamp
+  changes, so resuming after its last timestamp skips nothing.
+- ``timestamp+incrementing``: ``ts < now - delay AND (ts > last_ts OR (ts = last_ts AND
+  inc > last_inc))``.
+- ``bulk``: the whole table every poll, by primary key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+from zlib import crc32
+
+from sluice.capture.query.dialect import INT_KINDS, TIME_KINDS, Dialect, Select
+from sluice.capture.query.options import TableOptions
+from sluice.core import wire
+from sluice.core.event import Op
+from sluice.errors import SourceSetupError
+from sluice.schemas import SchemaRegistry, TableSchema
+
+log = logging.getLogger(__name__)
+_TRUE_TEXT = frozenset({"1", "t", "true", "y", "yes"})
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page's events (encoded) and the table's position after it."""
+
+    events: list[bytes]
+    position: dict[str, Any]
+
+
+def check_columns(schema: TableSchema, options: TableOptions) -> None:
+    """Refuse options that do not fit the table, naming what to change."""
+    source = schema.source
+    kinds = {c.name: c.kind for c in schema.columns}
+    where = f'[tables."{source}"]'
+    if not schema.primary_key:
+        raise SourceSetupError(
+            f"table {source} has no primary key: every event needs a key; add one "
+            f"(ALTER TABLE ... ADD PRIMARY KEY) or leave the table out",
+            source=source,
+        )
+    named = [*options.timestamp_columns, options.incrementing_column, options.soft_delete_column]
+    for name in (n for n in named if n is not None):
+        if name not in kinds:
+            raise SourceSetupError(
+                f"{where}: {source} has no column {name!r} (it has {', '.join(kinds)})",
+                source=source,
+            )
+    for name in options.timestamp_columns:
+        if kinds[name] not in TIME_KINDS:
+            raise SourceSetupError(
+                f"{where}: timestamp_column {name!r} is not a date or time type "
+                f"({_type(schema, name)}); name a DATETIME/TIMESTAMP column",
+                source=source,
+            )
+    inc = options.incrementing_column
+    if inc is not None and kinds[inc] not in INT_KINDS:
+        raise SourceSetupError(
+            f"{where}: incrementing_column {inc!r} is not an integer column "
+            f"({_type(schema, inc)}); name an auto-increment id",
+            source=source,
+        )
+
+
+def _type(schema: TableSchema, name: str) -> str:
+    return next(c.source_type for c in schema.columns if c.name == name)
+
+
+class TablePoller:
+    """Polls one table; ``position`` is JSON (raw database values) and survives restarts."""
+
+    def __init__(
+        self,
+        source: str,
+        options: TableOptions,
+        dialect: Dialect,
+        registry: SchemaRegistry,
+        position: dict[str, Any] | None,
+    ) -> None:
+        self.source = source
+        self.options = options
+        self.dialect = dialect
+        self.registry = registry
+        self.position: dict[str, Any] = dict(position or {})
+
+    def schema(self) -> TableSchema:
+        """The table as it is now, registered (a column added shows in the next poll)."""
+        described = self.dialect.describe(self.source)
+        check_columns(described, self.options)
+        return self.registry.register(self.source, described.columns, described.primary_key)
+
+    def poll(self) -> Iterator[Page]:
+        """Pages of rows changed since the position, until a page comes back short."""
+        schema = self.schema()
+        upper = None
+        if self.options.uses_timestamp:
+            upper = self.dialect.before_now(
+                schema, self.options.timestamp_columns[0], self.options.delay_s
+            )
+        key: tuple[Any, ...] | None = None  # bulk: the last key of this pass
+        limit = self.options.page_rows
+        while True:
+            select = self._select(schema, upper, key, limit)
+            got = list(self.dialect.rows(select))
+            if self.options.mode == "timestamp" and len(got) == limit:
+                got = self._whole_timestamps(schema, got)
+            if not got:
+                return
+            position = dict(self.position)
+            events = [self._event(schema, row, extra, position) for row, extra in got]
+            if self.options.mode == "bulk":
+                key = tuple(got[-1][1])
+            yield Page(events, position)
+            self.position = position
+            if len(got) < limit:
+                return
+
+    # -- SQL ---------------------------------------------------------------------------------
+    def _ts(self) -> str:
+        cols = [self.dialect.quote(c) for c in self.options.timestamp_columns]
+        return cols[0] if len(cols) == 1 else f"COALESCE({', '.join(cols)})"
+
+    def _select(
+        self,
+        schema: TableSchema,
+        upper: tuple[str, Any] | None,
+        key: tuple[Any, ...] | None,
+        limit: int,
+    ) -> Select:
+        opts, d, pos = self.options, self.dialect, self.position
+        inc = d.quote(opts.incrementing_column) if opts.incrementing_column else None
+        clauses: list[str] = []
+        args: list[Any] = []
+        if opts.mode == "bulk":
+            cols = [d.quote(c) for c in schema.primary_key]
+            if key is not None:
+                marks = ", ".join(d.placeholder(schema, c) for c in schema.primary_key)
+                clauses.append(f"({', '.join(cols)}) > ({marks})")
+                args += key
+            return Select(
+                schema,
+                tuple(cols),
+                " AND ".join(clauses) or "1=1",
+                tuple(args),
+                ", ".join(cols),
+                limit,
+            )
+        extra: list[str] = []
+        if opts.uses_timestamp:
+            assert upper is not None
+            ts, first = self._ts(), opts.timestamp_columns[0]
+            clauses.append(f"{ts} < {upper[0]}")
+            args.append(upper[1])
+            mark = d.placeholder(schema, first)
+            if "ts" in pos and opts.mode == "timestamp":
+                clauses.append(f"{ts} > {mark}")
+                args.append(pos["ts"])
+            elif "ts" in pos:
+                inc_mark = d.placeholder(schema, opts.incrementing_column)
+                clauses.append(f"({ts} > {mark} OR ({ts} = {mark} AND {inc} > {inc_mark}))")
+                args += [pos["ts"], pos["ts"], pos["inc"]]
+            extra.append(ts)
+            order = ts if opts.mode == "timestamp" else f"{ts}, {inc}"
+        else:
+            if "inc" in pos:
+                clauses.append(f"{inc} > {d.placeholder(schema, opts.incrementing_column)}")
+                args.append(pos["inc"])
+            order = str(inc)
+        if inc is not None:
+            extra.append(inc)
+        return Select(
+            schema, tuple(extra), " AND ".join(clauses) or "1=1", tuple(args), order, limit
+        )
+
+    def _whole_timestamps(
+        self, schema: TableSchema, got: list[tuple[list[Any], Sequence[Any]]]
+    ) -> list[tuple[list[Any], Sequence[Any]]]:
+        """A full page in ``timestamp`` mode, cut before its last timestamp (the next page
+        starts after a timestamp, so it must hold all of them); a page of one timestamp is
+        read whole."""
+        last = got[-1][1][0]
+        kept = [g for g in got if g[1][0] != last]
+        if kept:
+            return kept
+        d = self.dialect
+        mark = d.placeholder(schema, self.options.timestamp_columns[0])
+        extra: tuple[str, ...] = (self._ts(),)
+        if self.options.incrementing_column is not None:
+            extra += (d.quote(self.options.incrementing_column),)
+        select = Select(schema, extra, f"{self._ts()} = {mark}", (last,), self._ts(), None)
+        return list(d.rows(select))
+
+    # -- events ------------------------------------------------------------------------------
+    def _event(
+        self, schema: TableSchema, row: list[Any], extra: Sequence[Any], position: dict[str, Any]
+    ) -> bytes:
+        opts = self.options
+        op: Op = "r" if opts.mode == "bulk" else "u"
+        if opts.uses_timestamp:
+            position["ts"] = extra[0]
+        if opts.incrementing_column is not None:
+            inc = extra[-1]
+            if opts.uses_incrementing:
+                position["inc"] = inc
+            if int(inc) > int(position.get("max_inc", -(2**63))):
+                position["max_inc"] = int(inc)
+                op = "c"
+        before: list[Any] | None = None
+        after: list[Any] | None = row
+        if opts.soft_delete_column is not None and _truthy(row[self._soft_index(schema)]):
+            op, before, after = "d", row, None
+        codec = self.registry.codec(schema.source, schema.version)
+        payload = codec.encode(before, after)
+        key = codec.key_text(row)
+        hashed = crc32(key.encode() if key is not None else payload)
+        return wire.encode_event(wire.RawEvent(schema.source, op, schema.version, hashed, payload))
+
+    def _soft_index(self, schema: TableSchema) -> int:
+        return next(
+            i for i, c in enumerate(schema.columns) if c.name == self.options.soft_delete_column
+        )
+
+
+def _truthy(value: Any) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, str):
+        return value.strip().lower() in _TRUE_TEXT
+    return bool(value)

@@ -1,0 +1,110 @@
+"""PostgreSQL for the query source (``query+postgresql://USER@HOST:PORT/DB``; tables are
+``SCHEMA.TABLE``). Values are read in the server's text form and converted by log capture's
+own converters (as seeding does), so a polled row encodes to the bytes a captured one has.
+Position values come back as text and are bound with a cast to their column's type."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import psycopg2
+import psycopg2.extensions
+
+from sluice.capture.postgres.seed import _column_oids, _ident, _raw_text, _table, _undecodable
+from sluice.capture.postgres.setup import connect, parse_pg_url, primary_key
+from sluice.capture.postgres.tables import table_columns
+from sluice.capture.postgres.types import column_kind
+from sluice.capture.query.dialect import Select
+from sluice.core.names import split_source
+from sluice.errors import SourceConnectionError, SourceSetupError
+from sluice.schemas import TableSchema
+
+
+class PgDialect:
+    name = "PostgreSQL"
+    transient: tuple[type[BaseException], ...] = (
+        psycopg2.OperationalError,
+        psycopg2.InterfaceError,
+        SourceConnectionError,
+    )
+
+    def __init__(self, url: str) -> None:
+        self.url = parse_pg_url(url)
+        self.conn: Any = None
+        self._types: dict[str, dict[str, tuple[int, str]]] = {}
+
+    def connect(self) -> None:
+        self.conn = connect(self.url)
+        self.conn.autocommit = True
+
+    def close(self) -> None:
+        if self.conn is not None and not self.conn.closed:
+            self.conn.close()
+        self.conn = None
+
+    def _db(self) -> Any:
+        if self.conn is None or self.conn.closed:
+            self.connect()
+        return self.conn
+
+    def describe(self, source: str) -> TableSchema:
+        namespace, table = split_source(source)
+        conn = self._db()
+        try:
+            columns = table_columns(conn, namespace, table)
+            if not columns:
+                raise SourceSetupError(
+                    f"unknown table {source!r} in database {self.url.dbname}", source=source
+                )
+            key = primary_key(conn, namespace, table)
+            oids = _column_oids(conn, source)
+            with conn.cursor() as cur:
+                cur.execute(f"SELECT 1 FROM {_table(source)} LIMIT 0")
+        except psycopg2.errors.InsufficientPrivilege:
+            raise SourceSetupError(
+                f"the user may not read {source}: GRANT SELECT ON {source} TO {self.url.user}",
+                source=source,
+            ) from None
+        _raw_text(conn, [oid for oid, _name in oids.values()])
+        self._types[source] = oids
+        return TableSchema(source, 1, tuple(columns), key)
+
+    def quote(self, name: str) -> str:
+        return _ident(name)
+
+    def table_ref(self, source: str) -> str:
+        return _table(source)
+
+    def placeholder(self, schema: TableSchema, column: str | None) -> str:
+        if column is None:
+            return "%s"
+        type_name = self._types[schema.source][column][1]
+        return f"%s::{type_name.replace('%', '%%')}"
+
+    def before_now(self, schema: TableSchema, column: str, delay_s: float) -> tuple[str, Any]:
+        return "(clock_timestamp() - %s::interval)", f"{delay_s:.6f} seconds"
+
+    def rows(self, select: Select) -> Iterator[tuple[list[Any], Sequence[Any]]]:
+        schema = select.schema
+        oids = self._types[schema.source]
+        converters: list[Callable[[str], Any]] = [
+            column_kind(oids[c.name][0])[1] for c in schema.columns
+        ]
+        cols = ", ".join(_ident(c.name) for c in schema.columns)
+        extra = "".join(f", ({e})::text" for e in select.extra)
+        sql = f"SELECT {cols}{extra} FROM {_table(schema.source)} WHERE {select.where}"
+        width = len(schema.columns)
+        with self._db().cursor() as cur:
+            cur.execute(sql + select.tail(), select.args)
+            while batch := cur.fetchmany(1000):
+                for raw in batch:
+                    values = raw[:width]
+                    try:
+                        row = [
+                            None if v is None else c(v)
+                            for c, v in zip(converters, values, strict=True)
+                        ]
+                    except (ValueError, OverflowError):
+                        raise _undecodable(schema, converters, values) from None
+                    yield row, raw[width:]
