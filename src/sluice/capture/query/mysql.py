@@ -81,7 +81,7 @@ class MySQLDialect:
         extras = [Column(f"_x{i}", "string", True, "text") for i in range(len(select.extra))]
         parse = row_parser((*schema.columns, *extras))
         exprs = ", ".join(_select_expr(c) for c in schema.columns)
-        extra = "".join(f", CAST({e} AS CHAR)" for e in select.extra)
+        extra = "".join(f", CAST({e} AS CHAR) AS _sluice_x{i}" for i, e in enumerate(select.extra))
         sql = f"SELECT {exprs}{extra} FROM {table_ref(schema.source)} WHERE {select.where}"
         conn = self._db()
         cur = conn.cursor(pymysql.cursors.SSCursor)

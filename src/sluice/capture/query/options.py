@@ -57,7 +57,13 @@ def duration(value: Any, what: str) -> float:
 def parse_options(source: str, raw: Mapping[str, Any] | None) -> TableOptions:
     """A table's options, checked for shape (columns are checked against the table later)."""
     where = f'[tables."{source}"]'
-    raw = dict(raw or {})
+    if not raw or "mode" not in raw:
+        raise ConfigError(
+            f"{where}: a query source needs each table's mode in the settings file: {where} "
+            'mode = "timestamp+incrementing" (or "incrementing", "timestamp", "bulk"), with '
+            "its columns"
+        )
+    raw = dict(raw)
     unknown = sorted(set(raw) - _KEYS)
     if unknown:
         raise ConfigError(

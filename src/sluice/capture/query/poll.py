@@ -25,7 +25,7 @@ from sluice.capture.query.dialect import INT_KINDS, TIME_KINDS, Dialect, Select
 from sluice.capture.query.options import TableOptions
 from sluice.core import wire
 from sluice.core.event import Op
-from sluice.errors import SourceSetupError
+from sluice.errors import ConfigError, SourceSetupError
 from sluice.schemas import SchemaRegistry, TableSchema
 
 log = logging.getLogger(__name__)
@@ -54,23 +54,20 @@ def check_columns(schema: TableSchema, options: TableOptions) -> None:
     named = [*options.timestamp_columns, options.incrementing_column, options.soft_delete_column]
     for name in (n for n in named if n is not None):
         if name not in kinds:
-            raise SourceSetupError(
-                f"{where}: {source} has no column {name!r} (it has {', '.join(kinds)})",
-                source=source,
+            raise ConfigError(
+                f"{where}: {source} has no column {name!r} (it has {', '.join(kinds)})"
             )
     for name in options.timestamp_columns:
         if kinds[name] not in TIME_KINDS:
-            raise SourceSetupError(
+            raise ConfigError(
                 f"{where}: timestamp_column {name!r} is not a date or time type "
-                f"({_type(schema, name)}); name a DATETIME/TIMESTAMP column",
-                source=source,
+                f"({_type(schema, name)}); name a DATETIME/TIMESTAMP column"
             )
     inc = options.incrementing_column
     if inc is not None and kinds[inc] not in INT_KINDS:
-        raise SourceSetupError(
+        raise ConfigError(
             f"{where}: incrementing_column {inc!r} is not an integer column "
-            f"({_type(schema, inc)}); name an auto-increment id",
-            source=source,
+            f"({_type(schema, inc)}); name an auto-increment id"
         )
 
 

@@ -92,7 +92,7 @@ class PgDialect:
             column_kind(oids[c.name][0])[1] for c in schema.columns
         ]
         cols = ", ".join(_ident(c.name) for c in schema.columns)
-        extra = "".join(f", ({e})::text" for e in select.extra)
+        extra = "".join(f", ({e})::text AS _sluice_x{i}" for i, e in enumerate(select.extra))
         sql = f"SELECT {cols}{extra} FROM {_table(schema.source)} WHERE {select.where}"
         width = len(schema.columns)
         with self._db().cursor() as cur:

@@ -210,7 +210,7 @@ class SqliteDialect:
         schema = select.schema
         converters = self._converters.get(schema.source) or self._describe_converters(schema)
         cols = ", ".join(self.quote(c.name) for c in schema.columns)
-        extra = "".join(", " + e for e in select.extra)
+        extra = "".join(f", {e} AS _sluice_x{i}" for i, e in enumerate(select.extra))
         sql = (
             f"SELECT {cols}{extra} FROM {self.table_ref(schema.source)} "
             f"WHERE {select.where}{select.tail()}"
