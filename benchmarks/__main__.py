@@ -5,7 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from benchmarks import capture, latency, pg_capture, pg_latency, report, serving, spark_path
+from benchmarks import (
+    capture,
+    latency,
+    pg_capture,
+    pg_latency,
+    query,
+    report,
+    serving,
+    spark_path,
+)
 
 
 def main() -> int:
@@ -29,6 +38,8 @@ def main() -> int:
     print("\n== seeding: sluice bootstrap seed vs spark.read.jdbc and mariadb-dump ==")
     # Its own process: the JDBC baseline needs the driver jar on a JVM started with it.
     subprocess.run([sys.executable, "-m", "benchmarks.seed"], check=True)
+    print("\n== query source: first pass and steady polling vs a plain SELECT ==")
+    query.run()
     print("\n== targets ==")
     report.run()
     return 0

@@ -33,6 +33,7 @@ from sluice.schemas import TableSchema
 
 log = logging.getLogger(__name__)
 TAKES_TABLE_OPTIONS = True  # [tables."..."] settings (source.open_capture checks)
+_PING_S = 1.0  # the longest the poll thread sleeps: health needs a word from the database
 _HINT = (
     "expected query+sqlite:///relative/app.db, query+sqlite:////absolute/app.db, "
     "query+postgresql://USER@HOST:PORT/DB or query+mysql://USER@HOST:PORT"
@@ -191,14 +192,19 @@ class QueryCapture:
         self.stats.local_error = None
         due = dict.fromkeys(self.pollers, 0.0)
         while not self._stop.is_set():
+            polled = False
             for source in sorted(due, key=due.__getitem__):
                 if due[source] > time.monotonic() or source in self.stats.stopped_sources:
                     continue
                 self._poll(source)
+                polled = True
                 due[source] = time.monotonic() + self.options[source].poll_interval_s
+            if not polled:  # between long poll intervals: still say whether it is there
+                self.dialect.ping()
             self.stats.last_seen_ms = int(time.time() * 1000)
             self.journal.compact(self._persisted)
-            self._stop.wait(max(0.0, min(due.values(), default=1.0) - time.monotonic()))
+            wake = min(due.values(), default=time.monotonic() + 1.0)
+            self._stop.wait(max(0.0, min(wake - time.monotonic(), _PING_S)))
 
     def _poll(self, source: str) -> None:
         poller = self.pollers[source]

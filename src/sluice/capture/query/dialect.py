@@ -46,6 +46,10 @@ class Dialect(Protocol):
 
     def close(self) -> None: ...
 
+    def ping(self) -> None:
+        """A trivial query: the database is there (a failure is ``transient``)."""
+        ...
+
     def describe(self, source: str) -> TableSchema:
         """Columns and primary key (``SourceSetupError`` for an unknown or unreadable table)."""
         ...

@@ -49,6 +49,10 @@ class MySQLDialect:
         assert self.conn is not None
         return self.conn
 
+    def ping(self) -> None:
+        with self._db().cursor() as cur:
+            cur.execute("SELECT 1")
+
     def describe(self, source: str) -> TableSchema:
         conn = self._db()
         schema = describe_table(conn, source)

@@ -48,6 +48,10 @@ class PgDialect:
             self.connect()
         return self.conn
 
+    def ping(self) -> None:
+        with self._db().cursor() as cur:
+            cur.execute("SELECT 1")
+
     def describe(self, source: str) -> TableSchema:
         namespace, table = split_source(source)
         conn = self._db()

@@ -159,6 +159,9 @@ class SqliteDialect:
         assert self.conn is not None
         return self.conn
 
+    def ping(self) -> None:
+        self._db().execute("SELECT 1").fetchone()
+
     def describe(self, source: str) -> TableSchema:
         schema_name, table = split_source(source)
         if schema_name != "main":
