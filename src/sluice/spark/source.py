@@ -157,7 +157,12 @@ class SluiceStreamReader(_Reading, DataSourceStreamReader, SupportsTriggerAvaila
         latest = int(stats["max_scn"]) if self._target is None else self._target
         if latest <= since:
             return start
-        if isinstance(limit, ReadMaxRows):
+        cold = self.options.cold_read and since < int(stats["min_scn"])
+        if isinstance(limit, ReadMaxRows) and cold:
+            # /offsets counts only what the buffer holds: the range older than it (a cold read
+            # from the source's log) is one batch, up to the buffer's start.
+            latest = min(latest, int(stats["min_scn"]))
+        elif isinstance(limit, ReadMaxRows):
             found = self.fetcher.offset_after(since, limit.max_rows)
             latest = min(latest, int(found["scn"]))
         return {"scn": max(latest, since), "phase": "log"}
