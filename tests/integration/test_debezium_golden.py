@@ -15,10 +15,12 @@ from typing import Any
 from sluice.capture import CapturedWindow
 from sluice.capture.source import CaptureSettings, open_capture
 from sluice.core import wire
+from sluice.relay import RelayConfig
 from sluice.schemas import SchemaRegistry
 from sluice.schemas.debezium import DebeziumFormatter, DebeziumOptions
+from sluice.testing import PrivateMariaDB, RelayThread
 from sluice.testing.postgres import PrivatePostgres
-from tests.integration.support import wait_for
+from tests.integration.support import get_json, http_status, relay_config, wait_for
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "debezium" / "postgresql.json"
 # column -> why Sluice differs (README: "Debezium format")
@@ -51,7 +53,8 @@ def _sluice_events(pg: PrivatePostgres, golden: dict[str, Any]) -> list[dict[str
             windows.append(window)
 
     capture = open_capture(
-        pg.source_url("golden"), CaptureSettings(("public.typed",), registry, sink)
+        pg.source_url("golden", slot="golden_test"),
+        CaptureSettings(("public.typed",), registry, sink),
     )
     capture.start(None)
     try:
@@ -141,3 +144,56 @@ def test_options_change_values_as_debezium_documents(postgres: PrivatePostgres) 
     connect = after(**{"time.precision.mode": "connect"})
     assert connect["tm"] == 3_723_456 and connect["ts"] == 1_000_123
     assert after(**{"binary.handling.mode": "hex"})["by"] == "00ff"
+
+
+def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
+    postgres: PrivatePostgres,
+    pg_database: str,
+    mariadb: PrivateMariaDB,
+    database: str,
+    tmp_path: Path,
+) -> None:
+    conn = postgres.connect(pg_database)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id integer PRIMARY KEY, n numeric(6,2), d date)")
+    config = RelayConfig(
+        source=postgres.source_url(pg_database, slot=f"dbz_{pg_database}"), tables=["public.t"],
+        data_dir=tmp_path / "pg", port=0,
+    )  # fmt: skip
+    with RelayThread(config) as relay:
+        start = get_json(relay.url + "/stats")["max_scn"]
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO t VALUES (1, 12.5, '2024-01-02'), (2, NULL, NULL)")
+            cur.execute("UPDATE t SET n = 1 WHERE id = 2")
+            cur.execute("TRUNCATE t")
+        wait_for(lambda: get_json(relay.url + "/stats")["capture"]["windows"] >= 3, 60, "3")
+        query = f"since_scn={start}&timeout_ms=0&format=debezium&decimal.handling.mode=string"
+        status, body = http_status(f"{relay.url}/stream?{query}")
+        assert status == 200
+        lines = [json.loads(line) for line in body.decode().splitlines()]
+        assert [v["op"] for v in lines] == ["c", "c", "u", "t"]
+        assert lines[0]["after"] == {"id": 1, "n": "12.50", "d": 19724}
+        assert lines[2]["after"]["n"] == "1.00" and lines[3]["after"] is None
+        assert {(v["source"]["db"], v["source"]["table"]) for v in lines} == {(pg_database, "t")}
+        assert lines[0]["source"]["connector"] == "postgresql"
+        bad = http_status(f"{relay.url}/stream?since_scn={start}&format=debezium&"
+                          "decimal.handling.mode=exact")  # fmt: skip
+        assert bad[0] == 400 and "decimal.handling.mode must be one of" in bad[1]["error"]
+        with_schema = http_status(
+            f"{relay.url}/stream?since_scn={start}&timeout_ms=0&format=debezium&"
+            "schemas.enable=true&topic.prefix=shop"
+        )[1]
+        first = json.loads(with_schema.decode().splitlines()[0])
+        assert first["schema"]["name"] == "shop.public.t.Envelope"
+        assert first["payload"]["source"]["name"] == "shop"
+    conn.close()
+    maria = relay_config(mariadb, [f"{database}.t"], tmp_path / "maria")
+    admin = mariadb.connect(database)
+    with admin.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    admin.close()
+    with RelayThread(maria) as relay:
+        scn = get_json(relay.url + "/stats")["max_scn"]
+        status, body = http_status(f"{relay.url}/stream?since_scn={scn}&format=debezium")
+        assert status == 400 and "not available for mysql sources yet" in body["error"]

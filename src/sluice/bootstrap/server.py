@@ -212,6 +212,7 @@ class BootstrapServer(AsyncComponent):
     async def stream(self, request: web.Request) -> web.StreamResponse:
         await asyncio.to_thread(self.reader.refresh_meta)
         req = parse_stream(request.query, frozenset(self.sources), 8 << 20, 0)
+        _no_debezium(req.debezium)
         await asyncio.to_thread(self._check_since, req.since_scn, _names(req.filter.sources))
         frames = self.reader.log_windows(req.since_scn, req.filter, req.max_bytes)
         return await self._send(request, frames, req.json)
@@ -224,6 +225,7 @@ class BootstrapServer(AsyncComponent):
             raise HttpProblem(503, "no snapshot yet: the bootstrap job has not folded the log")
         scn = _parse_snapshot_scn(query.get("snapshot_scn"), current)
         req = parse_stream({**query, "since_scn": "0"}, frozenset(self.sources), 8 << 20, 0)
+        _no_debezium(req.debezium)
         after = _parse_after(query.get("after"))
         parse_partition(query.get("partition"))
         sources = list(req.sources or self.sources)
@@ -301,6 +303,14 @@ class BootstrapServer(AsyncComponent):
                 await response.write(chunk)
         await response.write_eof()
         return response
+
+
+def _no_debezium(options: object) -> None:
+    if options is not None:
+        raise HttpProblem(
+            400,
+            "format=debezium is served by the relay; the bootstrap server speaks binary and json",
+        )
 
 
 def _names(sources: frozenset[bytes] | None) -> list[str] | None:

@@ -9,6 +9,7 @@ from sluice.capture.source import (
     describe,
     known_schemes,
     open_capture,
+    source_info,
 )
 
 __all__ = [
@@ -19,4 +20,5 @@ __all__ = [
     "describe",
     "known_schemes",
     "open_capture",
+    "source_info",
 ]

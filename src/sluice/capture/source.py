@@ -110,8 +110,8 @@ class CaptureSource(Protocol):
 
 # scheme -> the module of a source kind, imported on demand (a kind's driver is needed only
 # when it is used). A kind module has ``open_capture(url, settings) -> CaptureSource``,
-# ``describe(url, source) -> TableSchema``, ``open_seeder(url) -> Seeder`` and
-# ``parse_url(url)`` (raises ``ConfigError``).
+# ``describe(url, source) -> TableSchema``, ``open_seeder(url) -> Seeder``, ``source_info(url)``
+# and ``parse_url(url)`` (raises ``ConfigError``).
 _KINDS = {
     "mysql": "sluice.capture.mysql.capture",
     "mariadb": "sluice.capture.mysql.capture",
@@ -172,6 +172,11 @@ def describe(url: str, source: str) -> TableSchema:
     """The schema a capture of ``source`` would register now (``sluice schema generate``)."""
     schema: TableSchema = _kind(url).describe(url, source)
     return schema
+
+
+def source_info(url: str) -> dict[str, Any]:
+    """How event formats name the source (``connector``, ``db``): Debezium's source block."""
+    return dict(_kind(url).source_info(url))
 
 
 def check_url(url: str) -> None:

@@ -22,6 +22,18 @@ class HttpProblem(Exception):
         self.body: dict[str, object] = {"error": message, **extra}
 
 
+# Debezium's option names ``format=debezium`` takes (checked in schemas/debezium.py).
+DEBEZIUM_OPTIONS = frozenset(
+    {
+        "decimal.handling.mode",
+        "time.precision.mode",
+        "binary.handling.mode",
+        "schemas.enable",
+        "topic.prefix",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class StreamRequest:
     since_scn: int
@@ -30,6 +42,8 @@ class StreamRequest:
     json: bool
     max_bytes: int
     timeout_ms: int
+    # format=debezium: Debezium's option names and values given (JSON lines of its envelope)
+    debezium: tuple[tuple[str, str], ...] | None = None
 
 
 def _int(query: Mapping[str, str], name: str, default: int | None, lo: int, hi: int) -> int:
@@ -76,8 +90,11 @@ def parse_stream(
             sources=sorted(known),
         )
     fmt = query.get("format", "binary")
-    if fmt not in ("binary", "json"):
-        raise HttpProblem(400, f"format must be binary or json, got {fmt[:20]!r}")
+    if fmt not in ("binary", "json", "debezium"):
+        raise HttpProblem(400, f"format must be binary, json or debezium, got {fmt[:20]!r}")
+    debezium = None
+    if fmt == "debezium":
+        debezium = tuple(sorted((k, v) for k, v in query.items() if k in DEBEZIUM_OPTIONS))
     flt = Filter(
         frozenset(s.encode() for s in sources) if sources and set(sources) != known else None,
         parse_partition(query.get("partition")),
@@ -86,7 +103,8 @@ def parse_stream(
         since_scn=since,
         sources=sources,
         filter=flt,
-        json=fmt == "json",
+        json=fmt != "binary",
+        debezium=debezium,
         max_bytes=_int(query, "max_bytes", max_bytes, 1, 256 * 1024 * 1024),
         timeout_ms=_int(query, "timeout_ms", long_poll_ms, 0, 300_000),
     )

@@ -11,7 +11,13 @@ from typing import Any
 
 from aiohttp import web
 
-from sluice.capture import CapturedWindow, CaptureSettings, CaptureSource, open_capture
+from sluice.capture import (
+    CapturedWindow,
+    CaptureSettings,
+    CaptureSource,
+    open_capture,
+    source_info,
+)
 from sluice.core.buffer import EventBuffer
 from sluice.core.component import AsyncComponent
 from sluice.errors import SluiceError, WindowTooLarge
@@ -54,6 +60,7 @@ class Relay(AsyncComponent):
         self._started_at = time.time()
         self.rejected_clients = 0
         self.turns = Turns()  # bulk chunks share the loop fairly (relay/turns.py)
+        self.source_info: dict[str, Any] = {}  # how event formats name the source
         # requests streaming now, by id (for the bytes queued to them)
         self.streams: dict[int, web.Request] = {}
         self.task_errors: dict[str, str] = {}  # a background task failing now, and why
@@ -78,9 +85,9 @@ class Relay(AsyncComponent):
         self._queue = Handoff(self._loop, self.config.capture_queue)
         store = self._store = BufferStore(self.config.data_dir, self.config.buffer_size)
         try:
-            capture = self._capture = open_capture(
-                self.config.source.get_secret_value(), self.capture_settings(self._sink)
-            )
+            url = self.config.source.get_secret_value()
+            capture = self._capture = open_capture(url, self.capture_settings(self._sink))
+            self.source_info = source_info(url)
             info = await asyncio.to_thread(capture.check)
             start = self._start_scn(store, info.end_scn)
             store.check_schemas(self.registry)

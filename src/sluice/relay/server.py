@@ -11,10 +11,16 @@ from aiohttp import web
 from sluice.core import wire
 from sluice.core.buffer import EventBuffer, Span
 from sluice.core.requests import HttpProblem, StreamRequest, parse_offsets, parse_stream
-from sluice.errors import BootstrapRequired, SchemaError
+from sluice.errors import BootstrapRequired, ConfigError, SchemaError
 from sluice.relay.cold import MAX_COLD_READS, ColdRead
 from sluice.relay.turns import Turns
 from sluice.relay.view import RelayView
+from sluice.schemas.debezium import (
+    DebeziumFormatter,
+    DebeziumOptions,
+    check_connector,
+    debezium_lines,
+)
 from sluice.schemas.events import json_lines
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text
 
@@ -136,6 +142,8 @@ class _Api:
                 "source, or was the source rebuilt?",
                 max_scn=buffer.max_scn,
             )
+        if req.debezium is not None:
+            _DebeziumLines.check(relay, req.debezium)
         return await self._respond(request, req, lambda streamer: streamer.run())
 
     async def _respond(
@@ -219,6 +227,11 @@ class _Streamer:
         self.response = response
         self.turns = turns
         self.sent = 0
+        self.lines: Callable[[bytes], Iterator[str]] = lambda window: json_lines(
+            window, relay.registry.codec
+        )
+        if req.debezium is not None:
+            self.lines = _DebeziumLines(relay, req.debezium).lines
 
     async def run(self) -> None:
         relay, req = self.relay, self.req
@@ -297,7 +310,7 @@ class _Streamer:
         lines: list[str] = []
         size = 0
         for window in windows:
-            for text in json_lines(window, self.relay.registry.codec):
+            for text in self.lines(window):
                 line = text + "\n"
                 lines.append(line)
                 size += len(line)
@@ -306,6 +319,39 @@ class _Streamer:
                     lines, size = [], 0
         if lines:
             yield "".join(lines).encode()
+
+
+class _DebeziumLines:
+    """``format=debezium``: one formatter per table version, for one request."""
+
+    def __init__(self, relay: RelayView, options: tuple[tuple[str, str], ...]) -> None:
+        self.relay = relay
+        self.options = DebeziumOptions.parse(dict(options))
+        self.formatters: dict[tuple[str, int], DebeziumFormatter] = {}
+
+    @staticmethod
+    def check(relay: RelayView, options: tuple[tuple[str, str], ...]) -> None:
+        """Refuse bad options or a source without Debezium conventions, before streaming."""
+        try:
+            DebeziumOptions.parse(dict(options))
+            check_connector(relay.source_info)
+        except ConfigError as exc:
+            raise HttpProblem(400, str(exc)) from None
+
+    def formatter(self, source: str, version: int) -> DebeziumFormatter:
+        formatter = self.formatters.get((source, version))
+        if formatter is None:
+            registry = self.relay.registry
+            try:
+                schema = registry.get(source, version)
+            except SchemaError:  # a truncate names no version of its own
+                schema = registry.versions(source)[-1]
+            formatter = DebeziumFormatter(schema, self.relay.source_info, self.options)
+            self.formatters[(source, version)] = formatter
+        return formatter
+
+    def lines(self, window: bytes) -> Iterator[str]:
+        return debezium_lines(window, self.formatter)
 
 
 class _Evicted(ConnectionResetError):

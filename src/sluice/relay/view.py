@@ -28,6 +28,7 @@ class RelayView(Protocol):
     bytes_served: int
     streams: dict[int, web.Request]
     turns: Turns
+    source_info: dict[str, Any]
 
     @property
     def buffer(self) -> EventBuffer: ...

@@ -346,19 +346,24 @@ def _array_field(col: Column, c: _Conventions) -> _Field:
 _CONNECTORS: dict[str, Callable[[Column, _Conventions], _Field]] = {"postgresql": _pg_field}
 
 
+def check_connector(source: dict[str, Any]) -> None:
+    """Refuse a source whose Debezium conventions Sluice does not speak yet."""
+    connector = str(source.get("connector", ""))
+    if connector not in _CONNECTORS:
+        raise ConfigError(
+            f"format=debezium is not available for {connector or 'this'} sources yet: it "
+            "speaks Debezium's PostgreSQL connector (use format=json)"
+        )
+
+
 class DebeziumFormatter:
     """Turns one table's events into Debezium value envelopes (and keys)."""
 
     def __init__(
         self, schema: TableSchema, source: dict[str, Any], options: DebeziumOptions
     ) -> None:
-        connector = str(source.get("connector", ""))
-        field_of = _CONNECTORS.get(connector)
-        if field_of is None:
-            raise ConfigError(
-                f"format=debezium is not available for this source ({connector or 'unknown'}); "
-                "it is for PostgreSQL sources"
-            )
+        check_connector(source)
+        field_of = _CONNECTORS[str(source["connector"])]
         self.schema, self.source, self.options = schema, source, options
         conventions = _Conventions(options)
         self.fields = [field_of(col, conventions) for col in schema.columns]

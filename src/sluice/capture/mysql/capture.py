@@ -71,6 +71,11 @@ def open_seeder(url: str) -> Seeder:
     return MySQLSeeder(parse_source_url(url).params())
 
 
+def source_info(url: str) -> dict[str, Any]:
+    """What event formats name the source by (Debezium's ``source`` block)."""
+    return {"connector": "mysql"}
+
+
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
     """The ``CaptureSource`` of a ``mysql://`` or ``mariadb://`` URL."""
     return MySQLCapture(

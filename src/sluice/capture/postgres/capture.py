@@ -81,6 +81,11 @@ def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
     return PostgresCapture(parse_pg_url(url), settings)
 
 
+def source_info(url: str) -> dict[str, Any]:
+    """What event formats name the source by (Debezium's ``source`` block)."""
+    return {"connector": "postgresql", "db": parse_pg_url(url).dbname}
+
+
 def describe(url: str, source: str) -> TableSchema:
     """The schema capture registers for ``source`` (as from its Relation message)."""
     parsed = parse_pg_url(url)

@@ -102,6 +102,11 @@ def open_seeder(url: str) -> Seeder:
     )
 
 
+def source_info(url: str) -> dict[str, Any]:
+    """What event formats name the source by."""
+    return {"connector": f"query+{parse_url(url).kind}"}
+
+
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
     parsed = parse_url(url)
     return QueryCapture(lambda: dialect_of(parsed), settings)
