@@ -20,7 +20,13 @@ from sluice.schemas import SchemaRegistry
 from sluice.schemas.debezium import DebeziumFormatter, DebeziumOptions
 from sluice.testing import PrivateMariaDB, RelayThread
 from sluice.testing.postgres import PrivatePostgres
-from tests.integration.support import get_json, http_status, relay_config, wait_for
+from tests.integration.support import (
+    get_json,
+    http_status,
+    relay_config,
+    run_sluice,
+    wait_for,
+)
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "debezium" / "postgresql.json"
 # column -> why Sluice differs (README: "Debezium format")
@@ -187,6 +193,14 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
         first = json.loads(with_schema.decode().splitlines()[0])
         assert first["schema"]["name"] == "shop.public.t.Envelope"
         assert first["payload"]["source"]["name"] == "shop"
+        # sluice tail --format debezium: the same envelopes, made by the client
+        tail = run_sluice(
+            "tail", "--relay", relay.url, "--since-scn", str(start), "--until-caught-up",
+            "--format", "debezium", "--debezium-option", "decimal.handling.mode=string",
+            timeout=60,
+        )  # fmt: skip
+        assert tail.returncode == 0, tail.stderr
+        assert [json.loads(line) for line in tail.stdout.splitlines()] == lines
     conn.close()
     maria = relay_config(mariadb, [f"{database}.t"], tmp_path / "maria")
     admin = mariadb.connect(database)
@@ -197,3 +211,8 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
         scn = get_json(relay.url + "/stats")["max_scn"]
         status, body = http_status(f"{relay.url}/stream?since_scn={scn}&format=debezium")
         assert status == 400 and "not available for mysql sources yet" in body["error"]
+        tail = run_sluice(
+            "tail", "--relay", relay.url, "--until-caught-up", "--format", "debezium",
+            timeout=60,
+        )  # fmt: skip
+        assert tail.returncode == 2 and "not available for mysql sources yet" in tail.stderr

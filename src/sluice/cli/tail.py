@@ -14,6 +14,8 @@ from sluice.client import AsyncClient, ClientConfig, FileCheckpointStore, RetryP
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
 from sluice.core.event import JsonWindow
 from sluice.core.names import canonical_source
+from sluice.core.requests import DEBEZIUM_OPTIONS
+from sluice.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
@@ -57,6 +59,21 @@ def add_parser(sub: Any) -> None:
         help="exit 0 once everything up to the relay's max SCN is printed",
     )
     p.add_argument(
+        "--format",
+        choices=("json", "debezium"),
+        default="json",
+        help="Sluice's JSON events (default), or Debezium's JSON value envelope",
+    )
+    p.add_argument(
+        "--debezium-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Debezium option for --format debezium (decimal.handling.mode=string, "
+        "time.precision.mode=connect, binary.handling.mode=hex, schemas.enable=true, "
+        "topic.prefix=NAME); repeat",
+    )
+    p.add_argument(
         "--give-up-after",
         type=float,
         default=300.0,
@@ -93,9 +110,23 @@ def run(args: argparse.Namespace) -> int:
         since_scn=args.since_scn,
         bootstrap=args.bootstrap,
         retry=RetryPolicy(give_up_after_s=args.give_up_after),
+        debezium=_debezium_options(args) if args.format == "debezium" else None,
     )
     client = AsyncClient(config, JsonLinesConsumer(sys.stdout), store)
     return asyncio.run(_run(client, args.until_caught_up))
+
+
+def _debezium_options(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
+    options = []
+    for item in args.debezium_option:
+        key, eq, value = item.partition("=")
+        if not eq or key not in DEBEZIUM_OPTIONS:
+            raise ConfigError(
+                f"--debezium-option must be KEY=VALUE with KEY one of "
+                f"{', '.join(sorted(DEBEZIUM_OPTIONS))}; got {item!r}"
+            )
+        options.append((key, value))
+    return tuple(options)
 
 
 async def _run(client: AsyncClient, until_caught_up: bool) -> int:

@@ -29,6 +29,7 @@ from sluice.core.event import JsonWindow, Window
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
+from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.events import decode_window, window_json
 
 log = logging.getLogger(__name__)
@@ -57,10 +58,15 @@ class ClientConfig:
     poll_timeout_ms: int = 10_000
     checkpoint_interval_s: float = 0.1  # saves are batched; replays stay at-least-once
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # A JsonConsumer gets Debezium envelopes instead of Sluice's JSON: Debezium's options
+    # (``decimal.handling.mode``...), possibly none
+    debezium: tuple[tuple[str, str], ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.relays:
             raise ConfigError("give at least one relay URL")
+        if self.debezium is not None:
+            DebeziumOptions.parse(dict(self.debezium))
         for url in (*self.relays, *([self.bootstrap] if self.bootstrap else [])):
             check_relay_url(url)
 
@@ -109,6 +115,8 @@ class AsyncClient:
             self._connections = [RelayConnection(u, session) for u in self.config.relays]
             if self.config.bootstrap:
                 self._bootstrap = RelayConnection(self.config.bootstrap, session)
+            if self.config.debezium is not None and isinstance(self.consumer, JsonConsumer):
+                self._decoder = await self._retrying(self._debezium_decoder)
             self.checkpoint = await self._retrying(self._initial)
             self._saved = self.store.load()
             try:
@@ -116,6 +124,13 @@ class AsyncClient:
             finally:
                 self._save(force=True)
         return self.scn
+
+    async def _debezium_decoder(self) -> DebeziumWindows:
+        """Debezium envelopes need to know the source database (the relay's ``/sources``)."""
+        assert self.config.debezium is not None
+        body = await self._relay().get_json("/sources")
+        options = DebeziumOptions.parse(dict(self.config.debezium))
+        return DebeziumWindows(dict(body.get("source") or {}), options)
 
     # -- where to start ----------------------------------------------------------------------
     async def _initial(self) -> Checkpoint:

@@ -82,7 +82,8 @@ class _Api:
                     **capture["tables"].get(source, {}),
                 }
             )
-        return json_response(200, {"sources": out})
+        # "source": how event formats name the database (Debezium's source block)
+        return json_response(200, {"sources": out, "source": self.relay.source_info})
 
     async def schemas(self, request: web.Request) -> web.Response:
         source = request.match_info["source"]

@@ -22,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from sluice.core import wire
+from sluice.core.event import JsonWindow
 from sluice.errors import ConfigError
 from sluice.schemas.avro import TableSchema
 from sluice.schemas.columns import KIND, Column
@@ -503,6 +504,43 @@ def debezium_lines(record: bytes, formatter_for: FormatterFor) -> Iterator[str]:
         else:
             value = formatter.value(raw.op, raw.payload, header.scn, header.ts_ms)
         yield json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class DebeziumWindows:
+    """A window decoder for clients (``sluice tail --format debezium``, Spark): a window
+    record -> ``JsonWindow`` of Debezium envelopes, given the client's codec lookup."""
+
+    def __init__(self, source: dict[str, Any], options: DebeziumOptions) -> None:
+        check_connector(source)
+        self.source, self.options = source, options
+        self._formatters: dict[tuple[str, int], DebeziumFormatter] = {}
+
+    def formatter(
+        self, source: str, version: int, codec_for: Callable[[str, int], Any]
+    ) -> DebeziumFormatter:
+        """``version`` -1: a truncate's (no columns needed); an unknown version raises, so
+        the client fetches the schemas and decodes again."""
+        formatter = self._formatters.get((source, version))
+        if formatter is None:
+            if version < 0:
+                schema = TableSchema(source, 0, (), ())
+            else:
+                schema = codec_for(source, version).schema
+            formatter = DebeziumFormatter(schema, self.source, self.options)
+            self._formatters[(source, version)] = formatter
+        return formatter
+
+    def __call__(self, record: bytes, codec_for: Callable[[str, int], Any]) -> JsonWindow:
+        header = wire.read_window_header(record)
+        lines = []
+        for raw in wire.decode_events(record):
+            if raw.op == "t":
+                value = self.formatter(raw.source, -1, codec_for).truncate(header.scn, header.ts_ms)
+            else:
+                formatter = self.formatter(raw.source, raw.schema_version, codec_for)
+                value = formatter.value(raw.op, raw.payload, header.scn, header.ts_ms)
+            lines.append(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        return JsonWindow(header.scn, header.ts_ms, tuple(lines))
 
 
 _SOURCE_FIELDS = [
