@@ -153,6 +153,7 @@ def test_options_change_values_as_debezium_documents(postgres: PrivatePostgres) 
 
 
 def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
+    spark: Any,
     postgres: PrivatePostgres,
     pg_database: str,
     mariadb: PrivateMariaDB,
@@ -201,6 +202,24 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
         )  # fmt: skip
         assert tail.returncode == 0, tail.stderr
         assert [json.loads(line) for line in tail.stdout.splitlines()] == lines
+        # Spark's format=debezium: key and value columns, the same envelopes
+        rows = (
+            spark.read.format("sluice")
+            .option("relay", relay.url)
+            .option("startingScn", str(start))
+            .option("format", "debezium")
+            .option("debezium.decimal.handling.mode", "string")
+            .load()
+            .orderBy("scn")
+            .collect()
+        )
+        assert [json.loads(r["value"]) for r in rows] == lines
+        assert [json.loads(r["key"]) if r["key"] else None for r in rows] == [
+            {"id": 1},
+            {"id": 2},
+            {"id": 2},
+            None,
+        ]
     conn.close()
     maria = relay_config(mariadb, [f"{database}.t"], tmp_path / "maria")
     admin = mariadb.connect(database)

@@ -395,6 +395,14 @@ class DebeziumFormatter:
             "payload": payload,
         }
 
+    def key_of(self, payload: bytes) -> dict[str, Any] | None:
+        """The Debezium key of a payload's row (the after image, else the before)."""
+        if not self.schema.primary_key:
+            return None
+        before, after = canonical_images(self.schema.columns, payload)
+        row = after if after is not None else before
+        return None if row is None else self.key(row)
+
     def value(
         self, op: str, payload: bytes, scn: int, ts_ms: int, last_snapshot: bool = False
     ) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from sluice.core.names import schemas_path
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SchemaError
 from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
+from sluice.schemas.debezium import check_connector
 from sluice.spark.http import frames, get_json
 from sluice.spark.options import SourceOptions
 
@@ -45,6 +46,14 @@ class Fetcher:
                 "bootstrap server URL, or start later (startingScn=earliest)"
             )
         return self.options.bootstrap
+
+    def source_info(self) -> dict[str, Any]:
+        """How event formats name the relay's database (Debezium's source block)."""
+        return dict(self._relay_call("/sources").get("source") or {})
+
+    def check_debezium(self) -> None:
+        """Refuse format=debezium for a source without Debezium conventions, at once."""
+        check_connector(self.source_info())
 
     def relay_sources(self) -> list[str]:
         return sorted(s["source"] for s in self._relay_call("/sources")["sources"])

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from sluice.client.transport import check_relay_url
 from sluice.core.names import split_sources
+from sluice.core.requests import DEBEZIUM_OPTIONS
 from sluice.core.scn import parse_scn
 from sluice.errors import ConfigError
+from sluice.schemas.debezium import DebeziumOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,9 @@ class SourceOptions:
     # internal (the bootstrap job): a range no relay or binlog holds any more becomes a gap
     # marker row (op "g") instead of failing the query
     mark_gaps: bool = False
+    # format=debezium: Debezium's envelope as (key, value) JSON columns, with its options
+    # given as ``debezium.<name>`` (decimal.handling.mode...)
+    debezium: tuple[tuple[str, str], ...] | None = None
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -74,6 +79,9 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     if _flag(options, "markgaps") and (typed or not _flag(options, "includeraw")):
         raise ConfigError("option markGaps needs includeRaw=true and typed=false")
     ending = options.get("endingscn")
+    debezium = _debezium(options)
+    if debezium is not None and (typed or _flag(options, "includeraw")):
+        raise ConfigError("format=debezium gives key and value columns: leave typed unset")
     return SourceOptions(
         relays=relays,
         sources=sources,
@@ -90,4 +98,28 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         cold_read=_flag(options, "coldread"),
         images=options.get("images", "true").strip().lower() != "false",
         mark_gaps=_flag(options, "markgaps"),
+        debezium=debezium,
     )
+
+
+def _debezium(options: Mapping[str, str]) -> tuple[tuple[str, str], ...] | None:
+    fmt = options.get("format", "sluice").strip().lower()
+    if fmt not in ("sluice", "debezium"):
+        raise ConfigError(f"option format must be sluice or debezium, got {fmt!r}")
+    if fmt != "debezium":
+        return None
+    chosen = tuple(
+        sorted(
+            (k.removeprefix("debezium."), v)
+            for k, v in options.items()
+            if k.startswith("debezium.")
+        )
+    )
+    unknown = [k for k, _v in chosen if k not in DEBEZIUM_OPTIONS]
+    if unknown:
+        raise ConfigError(
+            f"unknown option debezium.{unknown[0]}; known: "
+            + ", ".join(f"debezium.{k}" for k in sorted(DEBEZIUM_OPTIONS))
+        )
+    DebeziumOptions.parse(dict(chosen))
+    return chosen

@@ -14,6 +14,7 @@ import pyarrow as pa
 from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.schemas.columns import KIND
+from sluice.schemas.debezium import DebeziumWindows
 
 GENERIC_DDL = (
     "scn long, source string, op string, ts timestamp, key string, before string, "
@@ -80,6 +81,58 @@ class GenericRows:
                 values += [seq, raw.key_hash, raw.payload]
             for column, value in zip(self.columns, values, strict=True):
                 column.append(value)
+
+    def batch(self) -> pa.RecordBatch:
+        arrays = [pa.array(c, type=f.type) for c, f in zip(self.columns, self.schema, strict=True)]
+        self.columns = [[] for _ in self.columns]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+
+DEBEZIUM_DDL = "scn long, source string, op string, ts timestamp, key string, value string"
+DEBEZIUM_ARROW = [
+    ("scn", pa.int64()),
+    ("source", pa.string()),
+    ("op", pa.string()),
+    ("ts", _TS),
+    ("key", pa.string()),
+    ("value", pa.string()),
+]
+
+
+class DebeziumRows:
+    """Events as Debezium's key and value JSON (what a Kafka topic of Debezium holds)."""
+
+    def __init__(self, windows: DebeziumWindows, op_override: str | None = None) -> None:
+        self.windows = windows
+        self.schema = pa.schema([pa.field(n, t) for n, t in DEBEZIUM_ARROW])
+        self.columns: list[list[Any]] = [[] for _ in DEBEZIUM_ARROW]
+        self.op_override = op_override
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
+        header = wire.read_window_header(record)
+        ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
+        for raw in wire.decode_events(record):
+            op = self.op_override or raw.op
+            if raw.op == "t":
+                formatter = self.windows.formatter(raw.source, -1, codec_for)
+                key, value = None, formatter.truncate(header.scn, header.ts_ms)
+            else:
+                formatter = self.windows.formatter(raw.source, raw.schema_version, codec_for)
+                key = formatter.key_of(raw.payload)
+                value = formatter.value(op, raw.payload, header.scn, header.ts_ms)
+            row = [
+                header.scn,
+                raw.source,
+                op,
+                ts,
+                None if key is None else json.dumps(key, ensure_ascii=False),
+                json.dumps(value, ensure_ascii=False),
+            ]
+            for column, item in zip(self.columns, row, strict=True):
+                column.append(item)
 
     def batch(self) -> pa.RecordBatch:
         arrays = [pa.array(c, type=f.type) for c, f in zip(self.columns, self.schema, strict=True)]

@@ -28,12 +28,15 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from sluice.errors import BootstrapRequired
+from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.spark.fetch import Fetcher
 from sluice.spark.logrows import LogRows
 from sluice.spark.options import SourceOptions, parse_options
 from sluice.spark.rows import (
+    DEBEZIUM_DDL,
     GENERIC_DDL,
     RAW_DDL,
+    DebeziumRows,
     GenericRows,
     TypedRows,
     chunks,
@@ -59,9 +62,15 @@ class _Reading:
         self.options = options
         self.fetcher = Fetcher(options)
         self.typed_schema = typed_schema
+        self._debezium: DebeziumWindows | None = None
 
-    def _rows(self, snapshot: bool) -> GenericRows | TypedRows | LogRows:
+    def _rows(self, snapshot: bool) -> GenericRows | TypedRows | LogRows | DebeziumRows:
         op = "r" if snapshot else None
+        if self.options.debezium is not None:
+            if self._debezium is None:
+                settings = DebeziumOptions.parse(dict(self.options.debezium))
+                self._debezium = DebeziumWindows(self.fetcher.source_info(), settings)
+            return DebeziumRows(self._debezium, op)
         if self.typed_schema is not None:
             return TypedRows(self.typed_schema, op)
         options = self.options
@@ -221,6 +230,9 @@ class SluiceDataSource(DataSource):
         typed = self._typed(options)
         if typed is not None:
             return typed_ddl(typed)
+        if options.debezium is not None:
+            Fetcher(options).check_debezium()
+            return DEBEZIUM_DDL
         return GENERIC_DDL + (RAW_DDL if options.include_raw else "")
 
     def streamReader(self, schema: StructType) -> SluiceStreamReader:  # noqa: N802
