@@ -43,4 +43,5 @@ demo: setup
 interop: setup
 	$(PYTHON) -m pip install -q -e '.[bench]'
 	$(PYTHON) -m interop.debezium_pg
+	$(PYTHON) -m interop.debezium_mariadb
 	$(PYTHON) -m pytest -q -p no:benchmark tests/integration/test_debezium_golden.py

