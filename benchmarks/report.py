@@ -177,6 +177,45 @@ def render() -> str:
                 ]
             ),
         ]
+    query = _load("query")
+    if "sqlite" in query:
+        rows = [
+            (
+                f"query source, {query['rows']:,} rows (rows/s)",
+                "first pass",
+                "plain SELECT",
+                "ratio",
+                "steady polling",
+                "plain SELECT",
+                "ratio",
+            )
+        ]
+        for kind in ("sqlite", "postgresql", "mariadb"):
+            r = query[kind]
+            rows.append(
+                (
+                    kind,
+                    _n(r["first_pass_rows_per_s"]),
+                    _n(r["select_rows_per_s"]),
+                    f"{r['first_pass_ratio']}x",
+                    _n(r["steady_rows_per_s"]),
+                    _n(r["select_steady_rows_per_s"]),
+                    f"{r['steady_ratio']}x",
+                )
+            )
+        qlat = query["latency"]
+        rows.append(
+            (
+                "commit -> consumer at the default 1 s poll",
+                f"p50 {qlat['p50_ms']} ms",
+                f"p99 {qlat['p99_ms']} ms",
+                "",
+                "",
+                "",
+                "",
+            )
+        )
+        parts += ["", _md(rows)]
     pg_lat = _load("pg_latency")
     if pg_lat:
         ours, base = pg_lat["sluice_relay_client"], pg_lat["psycopg2_direct"]
