@@ -173,7 +173,7 @@ def test_config_file_and_env(mariadb: PrivateMariaDB, table: str, tmp_path: Path
         ("since_scn=-1", 400, "since_scn must be in"),
         ("since_scn=0&partition=5/2", 400, "partition must be i/n"),
         ("since_scn=0&partition=x", 400, "partition must be i/n"),
-        ("since_scn=0&format=xml", 400, "format must be binary or json"),
+        ("since_scn=0&format=xml", 400, "format must be binary, json or debezium"),
         ("since_scn=0&sources=nope.nope", 404, "unknown source"),
         ("since_scn=0&max_bytes=0", 400, "max_bytes must be in"),
         ("since_scn=18446744073709551615", 409, "ahead of everything"),

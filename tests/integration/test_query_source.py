@@ -31,7 +31,7 @@ from sluice.testing import (
     ReplicaConsumer,
 )
 from sluice.testing.postgres import PrivatePostgres
-from tests.integration.support import consume, get_json, run_sluice, wait_for
+from tests.integration.support import consume, get_json, http_status, run_sluice, wait_for
 
 
 @dataclass
@@ -125,10 +125,13 @@ def _relay(k: QKind, data: Path, config: Path, log: Path) -> RelayProcess:
     ).start()  # fmt: skip
 
 
-def _replica(url: str, source: str) -> dict[int, str]:
+def _replica(url: str, source: str) -> dict[int, Any]:
     replica = ReplicaConsumer()
     consume(url, replica, since_scn=0)
-    return {json.loads(key)["id"]: row["v"] for key, row in replica.snapshot(source).items()}
+    return {
+        json.loads(key)["id"]: row.get("v", row.get("n"))
+        for key, row in replica.snapshot(source).items()
+    }
 
 
 def _insert(k: QKind, first: int, last: int, prefix: str = "v") -> None:
@@ -414,3 +417,35 @@ def test_mariadb_rows_polled_are_byte_identical_to_captured_ones(
     captured, _registry = _captured(mariadb, (source,), start, stop)
     by_key = {key: raw for (_src, key), (raw, _event) in captured.items()}
     _assert_identical(_poll("query+" + mariadb.url, source, 150, 31), by_key)
+
+
+def test_a_value_that_does_not_fit_its_declared_type_stops_only_its_table(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("CREATE TABLE good (id INTEGER PRIMARY KEY, n INT)")
+    db.execute("CREATE TABLE bad (id INTEGER PRIMARY KEY, n INT, at DATETIME)")
+    db.execute("INSERT INTO good VALUES (1, 10)")
+    db.execute("INSERT INTO bad VALUES (1, 7, '2024-01-01 00:00:00')")
+    db.execute("INSERT INTO bad VALUES (2, 'seven', '2024-01-01 00:00:00')")  # SQLite allows it
+    options = {
+        "main.good": {"mode": "incrementing", "incrementing_column": "id", "poll_interval": 0.1},
+        "main.bad": {"mode": "incrementing", "incrementing_column": "id", "poll_interval": 0.1},
+    }
+    config = RelayConfig(
+        source=f"query+sqlite:///{path}", tables=list(options), data_dir=tmp_path / "r",
+        port=0, table_options=options,
+    )  # fmt: skip
+    with RelayThread(config) as relay:
+
+        def stopped() -> Any:
+            by = {s["source"]: s for s in get_json(relay.url + "/sources")["sources"]}
+            return by["main.bad"]["stopped"]
+
+        message = wait_for(stopped, 30, "main.bad to stop")
+        db.execute("INSERT INTO good VALUES (2, 20)")
+        wait_for(lambda: 2 in _replica(relay.url, "main.good"), 30, "main.good going on")
+        assert http_status(relay.url + "/healthz")[0] == 503  # a stopped table shows
+    assert "column 'n' (INT) of main.bad" in message and "'seven'" in message
+    db.close()

@@ -26,7 +26,7 @@ from sluice.capture.query.options import TableOptions
 from sluice.core import wire
 from sluice.core.event import Op
 from sluice.errors import ConfigError, SourceSetupError
-from sluice.schemas import SchemaRegistry, TableSchema
+from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
 
 log = logging.getLogger(__name__)
 _TRUE_TEXT = frozenset({"1", "t", "true", "y", "yes"})
@@ -116,7 +116,9 @@ class TablePoller:
             if not got:
                 return
             position = dict(self.position)
-            events = [self._event(schema, row, extra, position) for row, extra in got]
+            codec = self.registry.codec(schema.source, schema.version)
+            soft = self._soft_index(schema)
+            events = [self._event(schema, codec, soft, row, x, position) for row, x in got]
             if self.options.mode == "bulk":
                 key = tuple(got[-1][1])
             yield Page(events, position)
@@ -201,7 +203,13 @@ class TablePoller:
 
     # -- events ------------------------------------------------------------------------------
     def _event(
-        self, schema: TableSchema, row: list[Any], extra: Sequence[Any], position: dict[str, Any]
+        self,
+        schema: TableSchema,
+        codec: RowCodec,
+        soft: int | None,
+        row: list[Any],
+        extra: Sequence[Any],
+        position: dict[str, Any],
     ) -> bytes:
         opts = self.options
         op: Op = "r" if opts.mode == "bulk" else "u"
@@ -216,18 +224,16 @@ class TablePoller:
                 op = "c"
         before: list[Any] | None = None
         after: list[Any] | None = row
-        if opts.soft_delete_column is not None and _truthy(row[self._soft_index(schema)]):
+        if soft is not None and _truthy(row[soft]):
             op, before, after = "d", row, None
-        codec = self.registry.codec(schema.source, schema.version)
         payload = codec.encode(before, after)
         key = codec.key_text(row)
         hashed = crc32(key.encode() if key is not None else payload)
         return wire.encode_event(wire.RawEvent(schema.source, op, schema.version, hashed, payload))
 
-    def _soft_index(self, schema: TableSchema) -> int:
-        return next(
-            i for i, c in enumerate(schema.columns) if c.name == self.options.soft_delete_column
-        )
+    def _soft_index(self, schema: TableSchema) -> int | None:
+        name = self.options.soft_delete_column
+        return next((i for i, c in enumerate(schema.columns) if c.name == name), None)
 
 
 def _truthy(value: Any) -> bool:

@@ -24,12 +24,28 @@ from sluice.capture.query.dialect import Select
 from sluice.core.names import split_source
 from sluice.errors import DecodeError, SourceSetupError
 from sluice.schemas import Column, TableSchema
+from sluice.schemas.codegen import run_generated
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _DECIMAL = re.compile(r"\(\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*)?\)")
 
 
+_STAMPS: dict[str, int] = {}
+
+
 def _micros(value: Any) -> int:
+    if type(value) is str:
+        cached = _STAMPS.get(value)
+        if cached is None:
+            cached = _parse_micros(value)
+            if len(_STAMPS) >= 1 << 16:
+                _STAMPS.clear()
+            _STAMPS[value] = cached
+        return cached
+    return _parse_micros(value)
+
+
+def _parse_micros(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("a boolean")
     if isinstance(value, (int, float)):
@@ -219,17 +235,54 @@ class SqliteDialect:
             f"WHERE {select.where}{select.tail()}"
         )
         width = len(schema.columns)
+        fast = _fast_converter(schema, converters)
         cursor = self._db().execute(sql, select.args)
         try:
             while batch := cursor.fetchmany(1000):
                 for raw in batch:
-                    yield _convert(schema, converters, raw[:width]), raw[width:]
+                    try:
+                        row = fast(raw)
+                    except (ValueError, OverflowError, ArithmeticError, TypeError):
+                        row = _convert(schema, converters, raw[:width])  # names the column
+                    yield row, raw[width:]
         finally:
             cursor.close()
 
     def _describe_converters(self, schema: TableSchema) -> list[Callable[[Any], Any]]:
         self.describe(schema.source)
         return self._converters[schema.source]
+
+
+# Values SQLite already stores as the canonical type, per kind: passed through untouched.
+_NATIVE = {"int": "int", "string": "str", "double": "float", "bytes": "bytes", "json": "str"}
+_FAST: dict[tuple[Column, ...], Callable[[Sequence[Any]], list[Any]]] = {}
+
+
+def _fast_converter(
+    schema: TableSchema, converters: list[Callable[[Any], Any]]
+) -> Callable[[Sequence[Any]], list[Any]]:
+    """A function from a raw row to canonical values, generated per table version: a value
+    already of its kind's type passes through, the rest goes through its converter (which
+    raises for a value that does not fit)."""
+    cached = _FAST.get(schema.columns)
+    if cached is not None:
+        return cached
+    env: dict[str, Any] = {}
+    items = []
+    for i, col in enumerate(schema.columns):
+        env[f"c{i}"] = converters[i]
+        native = _NATIVE.get(col.kind)
+        if native is None:
+            items.append(f"None if r[{i}] is None else c{i}(r[{i}])")
+        else:
+            v = f"r[{i}]"
+            items.append(f"None if {v} is None else ({v} if type({v}) is {native} else c{i}({v}))")
+    run_generated(["def convert(r):", "    return [" + ", ".join(items) + "]"], env, "sqlite row")
+    fast: Callable[[Sequence[Any]], list[Any]] = env["convert"]
+    if len(_FAST) > 256:
+        _FAST.clear()
+    _FAST[schema.columns] = fast
+    return fast
 
 
 def _convert(
