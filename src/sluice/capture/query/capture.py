@@ -96,10 +96,10 @@ def describe(url: str, source: str) -> TableSchema:
 
 
 def open_seeder(url: str) -> Seeder:
-    raise ConfigError(
-        "a query source needs no seed: the relay's first poll reads every existing row "
-        "(start the relay with an empty --data-dir, or --since-scn 0)"
-    )
+    """Chunks stamped with the time their read began (``seed.py``)."""
+    from sluice.capture.query.seed import QuerySeeder  # noqa: PLC0415 - only seeding needs it
+
+    return QuerySeeder(url, dialect_of(parse_url(url)))
 
 
 def source_info(url: str) -> dict[str, Any]:

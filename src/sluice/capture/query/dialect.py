@@ -29,10 +29,13 @@ class Select:
     args: tuple[Any, ...]
     order: str
     limit: int | None  # rows of one page (None: all)
+    offset: int = 0
 
     def tail(self) -> str:
-        """``ORDER BY ... LIMIT n``, the same in every dialect here."""
+        """``ORDER BY ... LIMIT n [OFFSET m]``, the same in every dialect here."""
         limit = "" if self.limit is None else f" LIMIT {int(self.limit)}"
+        if self.offset:
+            limit += f" OFFSET {int(self.offset)}"
         return f" ORDER BY {self.order}{limit}"
 
 

@@ -89,7 +89,7 @@ class MySQLDialect:
         sql = f"SELECT {exprs}{extra} FROM {table_ref(schema.source)} WHERE {select.where}"
         conn = self._db()
         cur = conn.cursor(pymysql.cursors.SSCursor)
-        cur.execute(sql + select.tail(), select.args or None)
+        cur.execute(sql + select.tail(), select.args)
         width = len(schema.columns)
         result = cur._result  # unbuffered: the row packets are still unread
         try:
