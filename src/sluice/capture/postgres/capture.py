@@ -22,6 +22,7 @@ import psycopg2.extras
 from sluice.capture.postgres import pgoutput
 from sluice.capture.postgres.setup import (
     PgUrl,
+    base_types,
     check_server,
     connect,
     not_null,
@@ -306,9 +307,10 @@ class PostgresCapture:
         columns, converters = [], []
         required = not_null(self._meta, relation.namespace, relation.name)
         key = primary_key(self._meta, relation.namespace, relation.name)
-        names = type_names(self._meta, [(c.type_oid, c.typmod) for c in relation.columns])
-        for col, name in zip(relation.columns, names, strict=True):
-            kind, convert = column_kind(col.type_oid)
+        types = base_types(self._meta, [(c.type_oid, c.typmod) for c in relation.columns])
+        names = type_names(self._meta, types)
+        for col, name, (oid, _typmod) in zip(relation.columns, names, types, strict=True):
+            kind, convert = column_kind(oid)
             # Only key columns are never null: a before image may hold the key alone.
             nullable = col.name not in required or col.name not in key
             columns.append(Column(col.name, kind, nullable, name))

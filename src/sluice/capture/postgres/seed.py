@@ -23,7 +23,13 @@ from typing import Any
 import psycopg2
 import psycopg2.extensions
 
-from sluice.capture.postgres.setup import PgUrl, connect, primary_key, quoted_table
+from sluice.capture.postgres.setup import (
+    PgUrl,
+    base_types,
+    connect,
+    primary_key,
+    quoted_table,
+)
 from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.seeding import ChunkRead, KeyRange, driver_errors, keyless, seek_ranges
@@ -63,14 +69,17 @@ def _raw_text(conn: Any, oids: Sequence[int]) -> None:
 
 
 def _column_oids(conn: Any, source: str) -> dict[str, tuple[int, str]]:
-    """name -> (type oid, type name without modifier, to cast key bounds back)."""
+    """name -> (type oid, domains resolved to their base; type name without modifier, to cast
+    key bounds back)."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT attname, atttypid, format_type(atttypid, NULL) FROM pg_attribute "
             "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
             (quoted_table(*split_source(source)),),
         )
-        return {str(n): (int(oid), str(t)) for n, oid, t in cur.fetchall()}
+        rows = cur.fetchall()
+    bases = base_types(conn, [(int(oid), -1) for _n, oid, _t in rows])
+    return {str(n): (base, str(t)) for (n, _oid, t), (base, _mod) in zip(rows, bases, strict=True)}
 
 
 def _after(columns: Sequence[str], types: Sequence[str], strict: bool) -> str:

@@ -222,6 +222,33 @@ def not_null(conn: Any, namespace: str, table: str) -> set[str]:
         return {str(r[0]) for r in cur.fetchall()}
 
 
+def base_types(conn: Any, types: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each ``(oid, typmod)`` with a domain replaced by its base type (domains of domains
+    too): a domain's values are its base type's, in the same text form."""
+    resolved: dict[int, tuple[int, int]] = {}
+    pending = {oid for oid, _ in types}
+    with conn.cursor() as cur:
+        while pending:
+            cur.execute(
+                "SELECT oid, typbasetype, typtypmod FROM pg_type "
+                "WHERE oid = ANY(%s::oid[]) AND typtype = 'd'",
+                (sorted(pending),),
+            )
+            rows = cur.fetchall()
+            pending = set()
+            for oid, base, typmod in rows:
+                resolved[int(oid)] = (int(base), int(typmod))
+                pending.add(int(base))
+    out = []
+    for type_oid, type_mod in types:
+        oid, typmod = type_oid, type_mod
+        while oid in resolved:
+            oid, domain_typmod = resolved[oid]
+            typmod = domain_typmod if typmod < 0 else typmod
+        out.append((oid, typmod))
+    return out
+
+
 def type_names(conn: Any, types: list[tuple[int, int]]) -> list[str]:
     """``format_type`` of each ``(oid, typmod)``, in one round trip."""
     if not types:

@@ -8,7 +8,13 @@ from typing import Any
 from zlib import crc32
 
 from sluice.capture.postgres import pgoutput
-from sluice.capture.postgres.setup import not_null, primary_key, quoted_table, type_names
+from sluice.capture.postgres.setup import (
+    base_types,
+    not_null,
+    primary_key,
+    quoted_table,
+    type_names,
+)
 from sluice.capture.postgres.transcode import Slow, build_row_transcoder
 from sluice.capture.postgres.types import column_kind
 from sluice.core import wire
@@ -133,9 +139,10 @@ def table_columns(conn: Any, namespace: str, table: str) -> list[Column]:
         )
         rows = cur.fetchall()
     out = []
-    names = type_names(conn, [(int(oid), int(typmod)) for _name, oid, typmod in rows])
-    for (name, oid, _typmod), type_text in zip(rows, names, strict=True):
-        kind, _convert = column_kind(int(oid))
+    types = base_types(conn, [(int(oid), int(typmod)) for _name, oid, typmod in rows])
+    names = type_names(conn, types)
+    for (name, _oid, _typmod), type_text, (oid, _base_mod) in zip(rows, names, types, strict=True):
+        kind, _convert = column_kind(oid)
         nullable = name not in required or name not in key
         out.append(Column(str(name), kind, nullable, type_text))
     return out
