@@ -258,6 +258,12 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
         assert lines[2]["after"]["n"] == "1.00" and lines[3]["after"] is None
         assert {(v["source"]["db"], v["source"]["table"]) for v in lines} == {(pg_database, "t")}
         assert lines[0]["source"]["connector"] == "postgresql"
+        tx = http_status(f"{relay.url}/stream?{query}&provide.transaction.metadata=true")[1]
+        blocks = [json.loads(line)["transaction"] for line in tx.decode().splitlines()]
+        assert blocks[0] == {"id": blocks[0]["id"], "total_order": 1, "data_collection_order": 1}
+        assert blocks[1]["total_order"] == 2 and blocks[1]["id"] == blocks[0]["id"]
+        assert blocks[2]["total_order"] == 1 and blocks[2]["id"] != blocks[0]["id"]
+        assert lines[0]["transaction"] is None  # Debezium's default: no block
         bad = http_status(f"{relay.url}/stream?since_scn={start}&format=debezium&"
                           "decimal.handling.mode=exact")  # fmt: skip
         assert bad[0] == 400 and "decimal.handling.mode must be one of" in bad[1]["error"]

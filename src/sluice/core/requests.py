@@ -31,6 +31,7 @@ DEBEZIUM_OPTIONS = frozenset(
         "schemas.enable",
         "topic.prefix",
         "bigint.unsigned.handling.mode",
+        "provide.transaction.metadata",
     }
 )
 

@@ -15,6 +15,7 @@ from sluice.errors import BootstrapRequired, ConfigError, SchemaError
 from sluice.relay.cold import MAX_COLD_READS, ColdRead
 from sluice.relay.turns import Turns
 from sluice.relay.view import RelayView
+from sluice.schemas import TableSchema
 from sluice.schemas.debezium import (
     DebeziumFormatter,
     DebeziumOptions,
@@ -345,8 +346,8 @@ class _DebeziumLines:
             registry = self.relay.registry
             try:
                 schema = registry.get(source, version)
-            except SchemaError:  # a truncate names no version of its own
-                schema = registry.versions(source)[-1]
+            except SchemaError:  # a truncate (-1): no columns needed
+                schema = TableSchema(source, 0, (), ())
             formatter = DebeziumFormatter(schema, self.relay.source_info, self.options)
             self.formatters[(source, version)] = formatter
         return formatter

@@ -43,6 +43,7 @@ MODES = {
     "binary.handling.mode": ("bytes", "base64", "base64-url-safe", "hex"),
     "schemas.enable": ("false", "true"),
     "bigint.unsigned.handling.mode": ("long", "precise"),
+    "provide.transaction.metadata": ("false", "true"),
 }
 
 
@@ -56,6 +57,7 @@ class DebeziumOptions:
     schemas: bool = False
     name: str = "sluice"  # Debezium's topic.prefix: the source block's ``name``
     unsigned_precise: bool = False  # bigint.unsigned.handling.mode=precise
+    transactions: bool = False  # provide.transaction.metadata=true: the transaction block
 
     @classmethod
     def parse(cls, options: dict[str, str], name: str = "sluice") -> DebeziumOptions:
@@ -71,6 +73,7 @@ class DebeziumOptions:
             schemas=options.get("schemas.enable", "false") == "true",
             name=options.get("topic.prefix", name),
             unsigned_precise=options.get("bigint.unsigned.handling.mode") == "precise",
+            transactions=options.get("provide.transaction.metadata") == "true",
         )
 
 
@@ -500,7 +503,13 @@ class DebeziumFormatter:
         return None if row is None else self.key(row)
 
     def value(
-        self, op: str, payload: bytes, scn: int, ts_ms: int, last_snapshot: bool = False
+        self,
+        op: str,
+        payload: bytes,
+        scn: int,
+        ts_ms: int,
+        last_snapshot: bool = False,
+        transaction: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         before, after = canonical_images(self.schema.columns, payload)
         if op == "r":
@@ -509,7 +518,7 @@ class DebeziumFormatter:
             "before": self._image(before),
             "after": self._image(after),
             "source": self._source(op, scn, ts_ms, last_snapshot),
-            "transaction": None,
+            "transaction": transaction,
             "op": op,
             "ts_ms": ts_ms,
             "ts_us": ts_ms * 1000,
@@ -519,13 +528,15 @@ class DebeziumFormatter:
             return body
         return {"schema": self._envelope_schema(), "payload": body}
 
-    def truncate(self, scn: int, ts_ms: int) -> dict[str, Any]:
+    def truncate(
+        self, scn: int, ts_ms: int, transaction: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """A TRUNCATE, as Debezium's ``t`` event: no images."""
         body = {
             "before": None,
             "after": None,
             "source": self._source("t", scn, ts_ms, False),
-            "transaction": None,
+            "transaction": transaction,
             "op": "t",
             "ts_ms": ts_ms,
             "ts_us": ts_ms * 1000,
@@ -615,15 +626,37 @@ class DebeziumFormatter:
 FormatterFor = Callable[[str, int], DebeziumFormatter]
 
 
+def envelopes(
+    record: bytes, formatter_for: FormatterFor, op_override: str | None = None
+) -> Iterator[tuple[wire.RawEvent, DebeziumFormatter, dict[str, Any]]]:
+    """``(event, its formatter, its value envelope)`` for each event of a window record; a
+    truncate asks for version -1 (it needs no columns). With ``provide.transaction.metadata``
+    each envelope has Debezium's ``transaction`` block: the window is the transaction (its
+    id is the SCN), orders count from 1 over the window and over its table's events."""
+    header = wire.read_window_header(record)
+    per_table: dict[str, int] = {}
+    for order, raw in enumerate(wire.decode_events(record), 1):
+        per_table[raw.source] = per_table.get(raw.source, 0) + 1
+        truncate = raw.op == "t"
+        formatter = formatter_for(raw.source, -1 if truncate else raw.schema_version)
+        tx = None
+        if formatter.options.transactions:
+            tx = {
+                "id": str(header.scn),
+                "total_order": order,
+                "data_collection_order": per_table[raw.source],
+            }
+        if truncate:
+            value = formatter.truncate(header.scn, header.ts_ms, tx)
+        else:
+            op = op_override or raw.op
+            value = formatter.value(op, raw.payload, header.scn, header.ts_ms, transaction=tx)
+        yield raw, formatter, value
+
+
 def debezium_lines(record: bytes, formatter_for: FormatterFor) -> Iterator[str]:
     """A window record's events as Debezium value envelopes, one JSON text each."""
-    header = wire.read_window_header(record)
-    for raw in wire.decode_events(record):
-        formatter = formatter_for(raw.source, raw.schema_version)
-        if raw.op == "t":
-            value = formatter.truncate(header.scn, header.ts_ms)
-        else:
-            value = formatter.value(raw.op, raw.payload, header.scn, header.ts_ms)
+    for _raw, _formatter, value in envelopes(record, formatter_for):
         yield json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -653,15 +686,11 @@ class DebeziumWindows:
 
     def __call__(self, record: bytes, codec_for: Callable[[str, int], Any]) -> JsonWindow:
         header = wire.read_window_header(record)
-        lines = []
-        for raw in wire.decode_events(record):
-            if raw.op == "t":
-                value = self.formatter(raw.source, -1, codec_for).truncate(header.scn, header.ts_ms)
-            else:
-                formatter = self.formatter(raw.source, raw.schema_version, codec_for)
-                value = formatter.value(raw.op, raw.payload, header.scn, header.ts_ms)
-            lines.append(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-        return JsonWindow(header.scn, header.ts_ms, tuple(lines))
+        lines = tuple(
+            json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            for _raw, _f, value in envelopes(record, lambda s, v: self.formatter(s, v, codec_for))
+        )
+        return JsonWindow(header.scn, header.ts_ms, lines)
 
 
 _HEAD_FIELDS = [

@@ -14,7 +14,7 @@ import pyarrow as pa
 from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.schemas.columns import KIND
-from sluice.schemas.debezium import DebeziumWindows
+from sluice.schemas.debezium import DebeziumWindows, envelopes
 
 GENERIC_DDL = (
     "scn long, source string, op string, ts timestamp, key string, before string, "
@@ -114,19 +114,15 @@ class DebeziumRows:
     def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
         header = wire.read_window_header(record)
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
-        for raw in wire.decode_events(record):
-            op = self.op_override or raw.op
-            if raw.op == "t":
-                formatter = self.windows.formatter(raw.source, -1, codec_for)
-                key, value = None, formatter.truncate(header.scn, header.ts_ms)
-            else:
-                formatter = self.windows.formatter(raw.source, raw.schema_version, codec_for)
-                key = formatter.key_of(raw.payload)
-                value = formatter.value(op, raw.payload, header.scn, header.ts_ms)
+        lookup = self.windows.formatter
+        for raw, formatter, value in envelopes(
+            record, lambda s, v: lookup(s, v, codec_for), self.op_override
+        ):
+            key = None if raw.op == "t" else formatter.key_of(raw.payload)
             row = [
                 header.scn,
                 raw.source,
-                op,
+                self.op_override or raw.op,
                 ts,
                 None if key is None else json.dumps(key, ensure_ascii=False),
                 json.dumps(value, ensure_ascii=False),
