@@ -15,14 +15,16 @@ from sluice.cli.common import add_password_file, scn_arg, serve_until_signal
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "relay",
-        help="capture tables from a MySQL/MariaDB binlog and serve them",
+        help="capture tables (MySQL/MariaDB binlog, PostgreSQL logical replication, or any "
+        "database by queries) and serve them",
         description="Capture committed row changes and serve them over HTTP.",
     )
     p.add_argument(
         "--source",
-        help="mysql://USER[:PASSWORD]@HOST:PORT or postgresql://USER[:PASSWORD]@HOST:PORT/DB"
-        "[?slot=NAME&publication=NAME] (password may also come "
-        "from SLUICE_SOURCE_PASSWORD)",
+        help="mysql://USER[:PASSWORD]@HOST:PORT, postgresql://USER[:PASSWORD]@HOST:PORT/DB"
+        "[?slot=NAME&publication=NAME], or a query source: query+sqlite:///PATH, "
+        "query+postgresql://..., query+mysql://... with [tables.\"...\"] settings in --config "
+        "(password may also come from SLUICE_SOURCE_PASSWORD)",
     )
     p.add_argument(
         "--table",
