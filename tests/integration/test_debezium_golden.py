@@ -264,6 +264,10 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
         assert blocks[1]["total_order"] == 2 and blocks[1]["id"] == blocks[0]["id"]
         assert blocks[2]["total_order"] == 1 and blocks[2]["id"] != blocks[0]["id"]
         assert lines[0]["transaction"] is None  # Debezium's default: no block
+        keyed = http_status(f"{relay.url}/stream?{query}&keys=true")[1].decode().splitlines()
+        pairs = [json.loads(line) for line in keyed]
+        assert [p["key"] for p in pairs] == [{"id": 1}, {"id": 2}, {"id": 2}, None]
+        assert [p["value"] for p in pairs] == lines
         bad = http_status(f"{relay.url}/stream?since_scn={start}&format=debezium&"
                           "decimal.handling.mode=exact")  # fmt: skip
         assert bad[0] == 400 and "decimal.handling.mode must be one of" in bad[1]["error"]
@@ -278,10 +282,10 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
         tail = run_sluice(
             "tail", "--relay", relay.url, "--since-scn", str(start), "--until-caught-up",
             "--format", "debezium", "--debezium-option", "decimal.handling.mode=string",
-            timeout=60,
+            "--debezium-option", "keys=true", timeout=60,
         )  # fmt: skip
         assert tail.returncode == 0, tail.stderr
-        assert [json.loads(line) for line in tail.stdout.splitlines()] == lines
+        assert [json.loads(line) for line in tail.stdout.splitlines()] == pairs
         # Spark's format=debezium: key and value columns, the same envelopes
         rows = (
             spark.read.format("sluice")

@@ -32,6 +32,7 @@ DEBEZIUM_OPTIONS = frozenset(
         "topic.prefix",
         "bigint.unsigned.handling.mode",
         "provide.transaction.metadata",
+        "keys",
     }
 )
 

@@ -44,6 +44,7 @@ MODES = {
     "schemas.enable": ("false", "true"),
     "bigint.unsigned.handling.mode": ("long", "precise"),
     "provide.transaction.metadata": ("false", "true"),
+    "keys": ("false", "true"),  # Sluice's: each line {"key", "value"}, as a topic holds them
 }
 
 
@@ -58,6 +59,7 @@ class DebeziumOptions:
     name: str = "sluice"  # Debezium's topic.prefix: the source block's ``name``
     unsigned_precise: bool = False  # bigint.unsigned.handling.mode=precise
     transactions: bool = False  # provide.transaction.metadata=true: the transaction block
+    keys: bool = False  # JSON lines of {"key": Debezium's key, "value": the envelope}
 
     @classmethod
     def parse(cls, options: dict[str, str], name: str = "sluice") -> DebeziumOptions:
@@ -74,6 +76,7 @@ class DebeziumOptions:
             name=options.get("topic.prefix", name),
             unsigned_precise=options.get("bigint.unsigned.handling.mode") == "precise",
             transactions=options.get("provide.transaction.metadata") == "true",
+            keys=options.get("keys") == "true",
         )
 
 
@@ -655,9 +658,14 @@ def envelopes(
 
 
 def debezium_lines(record: bytes, formatter_for: FormatterFor) -> Iterator[str]:
-    """A window record's events as Debezium value envelopes, one JSON text each."""
-    for _raw, _formatter, value in envelopes(record, formatter_for):
-        yield json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """A window record's events as Debezium value envelopes, one JSON text each (with
+    ``keys``: ``{"key": ..., "value": ...}``, the key as Debezium's key struct)."""
+    for raw, formatter, value in envelopes(record, formatter_for):
+        line: dict[str, Any] = value
+        if formatter.options.keys:
+            key = None if raw.op == "t" else formatter.key_of(raw.payload)
+            line = {"key": key, "value": value}
+        yield json.dumps(line, ensure_ascii=False, separators=(",", ":"))
 
 
 class DebeziumWindows:
@@ -686,10 +694,7 @@ class DebeziumWindows:
 
     def __call__(self, record: bytes, codec_for: Callable[[str, int], Any]) -> JsonWindow:
         header = wire.read_window_header(record)
-        lines = tuple(
-            json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-            for _raw, _f, value in envelopes(record, lambda s, v: self.formatter(s, v, codec_for))
-        )
+        lines = tuple(debezium_lines(record, lambda s, v: self.formatter(s, v, codec_for)))
         return JsonWindow(header.scn, header.ts_ms, lines)
 
 
