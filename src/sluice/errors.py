@@ -102,3 +102,10 @@ class LogGap(RelayError):
 
 class BadRequest(RelayError):
     """The relay rejected the request as malformed."""
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message, its first line (a driver's detail lines are context a log line
+    or an error sentence does not need), or its repr when it has no message."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from sluice.capture import CapturedWindow
-from sluice.capture.source import CaptureSettings, open_capture
+from sluice.capture.mysql.metadata import end_scn
+from sluice.capture.source import CaptureSettings, open_capture, source_info
 from sluice.core import wire
 from sluice.relay import RelayConfig
 from sluice.schemas import SchemaRegistry
-from sluice.schemas.debezium import DebeziumFormatter, DebeziumOptions
+from sluice.schemas.debezium import DebeziumFormatter, DebeziumOptions, DebeziumWindows
 from sluice.testing import PrivateMariaDB, RelayThread
 from sluice.testing.postgres import PrivatePostgres
 from tests.integration.support import (
@@ -28,15 +29,29 @@ from tests.integration.support import (
     run_sluice,
     wait_for,
 )
+from tests.integration.test_differential import _capture
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "debezium" / "postgresql.json"
-# column -> why Sluice differs (README: "Debezium format")
-KNOWN: dict[str, str] = {}
+# column -> why its schema differs (README: "Debezium events")
 SCHEMA_KNOWN = {
     "m": "an enum's schema lacks Debezium's 'allowed' parameter (its labels)",
 }
 # Source fields that depend on the run (times, positions, transaction ids) or on Debezium.
 SOURCE_SAME = ("connector", "name", "db", "schema", "table", "snapshot")
+
+
+def _formatted(
+    windows: list[CapturedWindow], registry: SchemaRegistry, source: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The windows as Debezium's ``{"key", "value"}``, with schemas, topic prefix "golden"."""
+    options = DebeziumOptions.parse({"schemas.enable": "true"}, name="golden")
+    stream = DebeziumWindows(source, options)
+    out = []
+    for window in windows:
+        record = wire.encode_window(window.scn, 0, window.ts_ms, window.events)
+        for _raw, key, value in stream.events(record, registry.codec, with_keys=True):
+            out.append({"key": key, "value": value})
+    return out
 
 
 def _sluice_events(pg: PrivatePostgres, golden: dict[str, Any]) -> list[dict[str, Any]]:
@@ -69,18 +84,7 @@ def _sluice_events(pg: PrivatePostgres, golden: dict[str, Any]) -> list[dict[str
     finally:
         capture.stop()
         conn.close()
-    options = DebeziumOptions.parse({"schemas.enable": "true"}, name="golden")
-    out = []
-    for window in windows:
-        record = wire.encode_window(window.scn, 0, window.ts_ms, window.events)
-        for raw in wire.decode_events(record):
-            schema = registry.get(raw.source, raw.schema_version)
-            formatter = DebeziumFormatter(
-                schema, {"connector": "postgresql", "db": "golden"}, options
-            )
-            value = formatter.value(raw.op, raw.payload, window.scn, window.ts_ms)
-            out.append(value)
-    return out
+    return [e["value"] for e in _formatted(windows, registry, source_info(pg.source_url("golden")))]
 
 
 def test_postgresql_events_equal_debeziums_field_by_field(postgres: PrivatePostgres) -> None:
@@ -97,8 +101,6 @@ def test_postgresql_events_equal_debeziums_field_by_field(postgres: PrivatePostg
                 continue
             assert set(m[image]) == set(t[image])
             for column, value in t[image].items():
-                if column in KNOWN:
-                    continue
                 assert m[image][column] == value, (t["op"], image, column)
         for name in SOURCE_SAME:
             assert m["source"][name] == t["source"][name], name
@@ -125,45 +127,20 @@ MARIADB_SOURCE_SAME = ("connector", "name", "db", "table", "snapshot", "server_i
 
 
 def _mariadb_events(db: PrivateMariaDB, golden: dict[str, Any]) -> list[dict[str, Any]]:
-    from sluice.capture.source import source_info
-
     conn = db.connect()
     with conn.cursor() as cur:
         for sql in golden["setup"]:
             cur.execute(sql)
-    registry, lock = SchemaRegistry(), threading.Lock()
-    windows: list[CapturedWindow] = []
-
-    def sink(window: CapturedWindow) -> None:
-        with lock:
-            windows.append(window)
-
-    capture = open_capture(db.url, CaptureSettings(("golden.typed",), registry, sink))
-    capture.check()
-    capture.start(None)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET time_zone = '+00:00'")
-            for sql in golden["statements"]:
-                cur.execute(sql)
-        wait_for(lambda: len(windows) >= len(golden["statements"]), 60, "captured statements")
-    finally:
-        capture.stop()
-        conn.close()
+        start = end_scn(conn)
+        cur.execute("SET time_zone = '+00:00'")
+        for sql in golden["statements"]:
+            cur.execute(sql)
+        stop = end_scn(conn)
+    conn.close()
+    windows, registry = _capture(db, ("golden.typed",), start, stop)
     info = source_info(db.url)
     assert info["connector"] == "mysql" and info["log_base"] == "binlog"
-    options = DebeziumOptions.parse({"schemas.enable": "true"}, name="golden")
-    out = []
-    for window in windows:
-        record = wire.encode_window(window.scn, 0, window.ts_ms, window.events)
-        for raw in wire.decode_events(record):
-            formatter = DebeziumFormatter(
-                registry.get(raw.source, raw.schema_version), info, options
-            )
-            value = formatter.value(raw.op, raw.payload, window.scn, window.ts_ms)
-            key = formatter.key_of(raw.payload)
-            out.append({"value": value, "key": key})
-    return out
+    return _formatted(windows, registry, info)
 
 
 def test_mariadb_events_equal_debeziums_mysql_connector_field_by_field(
@@ -213,7 +190,7 @@ def test_options_change_values_as_debezium_documents(postgres: PrivatePostgres) 
 
     def after(**options: str) -> dict[str, Any]:
         formatter = DebeziumFormatter(schema, source, DebeziumOptions.parse(options))
-        value = formatter.value("c", payload, 1, 0)
+        _key, value = formatter.event("c", payload, 1, 0)
         return dict(value["after"])
 
     default = after()

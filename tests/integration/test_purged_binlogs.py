@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,11 @@ from sluice.errors import LogGap
 from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer
 from sluice.testing.mariadb import free_port
 from tests.integration.support import (
-    SLUICE,
     assert_replica_equals,
     get_json,
     http_status,
     relay_config,
+    run_sluice,
     wait_for,
     wait_relay_caught_up,
 )
@@ -41,13 +40,7 @@ def test_purged_binlogs_become_a_marked_gap_and_the_job_seeds_again(
     config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024)
     with RelayThread(config) as relay:
         run = ["bootstrap", "run", "--relay", relay.url, "--source", source, "--store", store]
-        first = subprocess.run(
-            [*SLUICE, *run, "--seed", mariadb.url, "--once"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        first = run_sluice(*run, "--seed", mariadb.url, "--once", timeout=300)
         assert first.returncode == 0, first.stderr
         logged = int(json.loads((tmp_path / "store/snapshots/CURRENT").read_text())["scn"])
 
@@ -64,13 +57,7 @@ def test_purged_binlogs_become_a_marked_gap_and_the_job_seeds_again(
         assert oldest > logged
         assert http_status(f"{relay.url}/stream?since_scn={logged}&cold=true")[0] == 410
 
-        again = subprocess.run(
-            [*SLUICE, *run, "--seed", mariadb.url, "--once"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        again = run_sluice(*run, "--seed", mariadb.url, "--once", timeout=300)
         assert again.returncode == 0, again.stderr
         assert "seeding" in again.stderr and "gap" in again.stderr
         assert "Traceback" not in again.stderr

@@ -309,7 +309,11 @@ def test_bad_query_urls_and_stray_table_settings_are_one_line(
 ) -> None:
     config = _settings(tmp_path / "relay.toml", {"x.t": {"mode": "bulk"}})
     bulk = _settings(tmp_path / "bulk.toml", {"main.t": {"mode": "bulk"}})
-    cases = [  # exit 2: a bad setting; 1: the source is not there
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a SQLite file" * 100)
+    cases = [  # exit 2: a bad setting; 1: the source is not there, or not a database
+        (["--source", f"query+sqlite:///{garbage}", "--table", "main.t", "--config", str(bulk)],
+         "refused: file is not a database", 1),
         (["--source", f"query+sqlite:///{tmp_path}/missing.db", "--table", "main.t",
           "--config", str(bulk)], "no SQLite database", 1),
         (["--source", f"query+sqlite:///{tmp_path}/missing.db", "--table", "main.t"],
@@ -392,26 +396,18 @@ def test_postgres_rows_polled_are_byte_identical_to_captured_ones(
 def test_mariadb_rows_polled_are_byte_identical_to_captured_ones(
     mariadb: PrivateMariaDB, database: str
 ) -> None:
-    import random
 
     from sluice.capture.mysql.metadata import end_scn
     from tests.integration.test_seed_differential import _captured
-    from tests.integration.workload import ALL_TYPES_DDL, random_all_types
+    from tests.integration.workload import ALL_TYPES_DDL, insert_all_types
 
     conn = mariadb.connect(database)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(ALL_TYPES_DDL)
     start = end_scn(conn)
-    rng = random.Random(13)
     with conn.cursor() as cur:
-        for i in range(150):
-            row = random_all_types(rng, nulls=i % 2 == 0)
-            cols = ", ".join(["id", *row])
-            cur.execute(
-                f"INSERT INTO alltypes ({cols}) VALUES ({', '.join(['%s'] * (len(row) + 1))})",
-                (i * 7 - 500, *row.values()),
-            )
+        insert_all_types(cur, 13, 150)
     stop = end_scn(conn)
     conn.close()
     source = f"{database}.alltypes"

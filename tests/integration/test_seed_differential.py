@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import random
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from sluice.schemas import SchemaRegistry
 from sluice.schemas.events import decode_window
 from sluice.testing import PrivateMariaDB
 from tests.integration.test_differential import _capture
-from tests.integration.workload import ALL_TYPES_DDL, random_all_types
+from tests.integration.workload import ALL_TYPES_DDL, insert_all_types
 
 
 def _seed_rows(
@@ -94,15 +93,8 @@ def test_seeded_rows_of_every_type_are_byte_identical_to_captured_ones(
         cur.execute("SET time_zone = '+00:00'")
         cur.execute(ALL_TYPES_DDL)
     start = end_scn(conn)
-    rng = random.Random(5)
     with conn.cursor() as cur:
-        for i in range(240):
-            row = random_all_types(rng, nulls=i % 2 == 0)
-            cols = ", ".join(["id", *row])
-            cur.execute(
-                f"INSERT INTO alltypes ({cols}) VALUES ({', '.join(['%s'] * (len(row) + 1))})",
-                (i * 7 - 500, *row.values()),
-            )
+        insert_all_types(cur, 5, 240)
     stop = end_scn(conn)
     conn.close()
     source = f"{database}.alltypes"

@@ -203,6 +203,19 @@ def random_all_types(rng: random.Random, nulls: bool = True) -> dict[str, Any]:
     return {k: (v if k == "nn" else maybe(v)) for k, v in row.items()}
 
 
+def insert_all_types(cur: Any, seed: int, count: int) -> None:
+    """``count`` random rows into ``alltypes`` (ids ``i * 7 - 500``; every other row may hold
+    NULLs), reproducible from ``seed``."""
+    rng = random.Random(seed)
+    for i in range(count):
+        row = random_all_types(rng, nulls=i % 2 == 0)
+        cols = ", ".join(["id", *row])
+        cur.execute(
+            f"INSERT INTO alltypes ({cols}) VALUES ({', '.join(['%s'] * (len(row) + 1))})",
+            (i * 7 - 500, *row.values()),
+        )
+
+
 class Workload:
     """Random inserts, updates (some changing the key), deletes, rollbacks, one big txn."""
 

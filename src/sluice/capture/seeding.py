@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from sluice.errors import SourceError, SourceSetupError
+from sluice.errors import SourceError, SourceSetupError, first_line
 from sluice.schemas import TableSchema
 
 
@@ -97,7 +97,7 @@ def driver_errors(errors: tuple[type[BaseException], ...], what: str) -> Iterato
     try:
         yield
     except errors as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        text = first_line(exc)
         raise SourceError(f"{what} failed: {text}") from None
 
 

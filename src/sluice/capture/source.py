@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from sluice.capture.seeding import Seeder
 from sluice.core import wire
-from sluice.errors import ConfigError, SluiceError, SourceError
+from sluice.errors import ConfigError, SluiceError, SourceError, first_line
 from sluice.schemas import SchemaRegistry, TableSchema
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ def run_supervised(
                 break
             stats.connected = False
             stats.reconnects += 1
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            text = first_line(exc)
             log.warning("%s lost (%s); reconnecting in %.1f s", what, text, delay)
             stop.wait(delay)
             delay = min(delay * 2, 5.0)

@@ -15,13 +15,7 @@ from sluice.errors import BootstrapRequired, ConfigError, SchemaError
 from sluice.relay.cold import MAX_COLD_READS, ColdRead
 from sluice.relay.turns import Turns
 from sluice.relay.view import RelayView
-from sluice.schemas import TableSchema
-from sluice.schemas.debezium import (
-    DebeziumFormatter,
-    DebeziumOptions,
-    check_connector,
-    debezium_lines,
-)
+from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.events import json_lines
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text
 
@@ -144,8 +138,6 @@ class _Api:
                 "source, or was the source rebuilt?",
                 max_scn=buffer.max_scn,
             )
-        if req.debezium is not None:
-            _DebeziumLines.check(relay, req.debezium)
         return await self._respond(request, req, lambda streamer: streamer.run())
 
     async def _respond(
@@ -156,6 +148,7 @@ class _Api:
     ) -> web.StreamResponse:
         """A streamed answer: headers, ``body`` writing through a ``_Streamer``, the end."""
         relay = self.relay
+        lines = _lines(relay, req)  # a 400 for bad format options, before the headers
         response = web.StreamResponse(
             headers={
                 "Content-Type": "application/x-ndjson" if req.json else BINARY_TYPE,
@@ -167,7 +160,7 @@ class _Api:
         relay.streams[id(request)] = request
         try:
             await response.prepare(request)
-            await body(_Streamer(relay, req, response, self.turns))
+            await body(_Streamer(relay, req, response, self.turns, lines))
             await response.write_eof()
         except _Evicted:
             if request.transport is not None:
@@ -222,18 +215,19 @@ class _Streamer:
     after the first waits for its turn (relay/turns.py)."""
 
     def __init__(
-        self, relay: RelayView, req: StreamRequest, response: web.StreamResponse, turns: Turns
+        self,
+        relay: RelayView,
+        req: StreamRequest,
+        response: web.StreamResponse,
+        turns: Turns,
+        lines: Callable[[bytes], Iterator[str]],
     ) -> None:
         self.relay = relay
         self.req = req
         self.response = response
         self.turns = turns
         self.sent = 0
-        self.lines: Callable[[bytes], Iterator[str]] = lambda window: json_lines(
-            window, relay.registry.codec
-        )
-        if req.debezium is not None:
-            self.lines = _DebeziumLines(relay, req.debezium).lines
+        self.lines = lines  # a window as JSON lines (format=json or debezium)
 
     async def run(self) -> None:
         relay, req = self.relay, self.req
@@ -323,37 +317,18 @@ class _Streamer:
             yield "".join(lines).encode()
 
 
-class _DebeziumLines:
-    """``format=debezium``: one formatter per table version, for one request."""
-
-    def __init__(self, relay: RelayView, options: tuple[tuple[str, str], ...]) -> None:
-        self.relay = relay
-        self.options = DebeziumOptions.parse(dict(options))
-        self.formatters: dict[tuple[str, int], DebeziumFormatter] = {}
-
-    @staticmethod
-    def check(relay: RelayView, options: tuple[tuple[str, str], ...]) -> None:
-        """Refuse bad options or a source without Debezium conventions, before streaming."""
-        try:
-            DebeziumOptions.parse(dict(options))
-            check_connector(relay.source_info)
-        except ConfigError as exc:
-            raise HttpProblem(400, str(exc)) from None
-
-    def formatter(self, source: str, version: int) -> DebeziumFormatter:
-        formatter = self.formatters.get((source, version))
-        if formatter is None:
-            registry = self.relay.registry
-            try:
-                schema = registry.get(source, version)
-            except SchemaError:  # a truncate (-1): no columns needed
-                schema = TableSchema(source, 0, (), ())
-            formatter = DebeziumFormatter(schema, self.relay.source_info, self.options)
-            self.formatters[(source, version)] = formatter
-        return formatter
-
-    def lines(self, window: bytes) -> Iterator[str]:
-        return debezium_lines(window, self.formatter)
+def _lines(relay: RelayView, req: StreamRequest) -> Callable[[bytes], Iterator[str]]:
+    """How a JSON stream writes a window: Sluice's JSON lines, or (``format=debezium``)
+    Debezium's envelopes; bad Debezium options, or a source without its conventions, are a
+    400 before anything is streamed."""
+    codec = relay.registry.codec
+    if req.debezium is None:
+        return lambda window: json_lines(window, codec)
+    try:
+        windows = DebeziumWindows(relay.source_info, DebeziumOptions.parse(dict(req.debezium)))
+    except ConfigError as exc:
+        raise HttpProblem(400, str(exc)) from None
+    return lambda window: windows.lines(window, codec)
 
 
 class _Evicted(ConnectionResetError):

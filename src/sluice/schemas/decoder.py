@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import struct
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -313,3 +314,65 @@ def key_text(columns: Sequence[Column], primary_key: Sequence[str]) -> Callable[
         return key(payload, 2)
 
     return decode
+
+
+# -- canonical values (the values the encoder takes), for formats that need them ---------------
+Image = list[Any] | None
+_DOUBLE = struct.Struct("<d")
+
+
+def _canonical_reader(col: Column) -> Callable[[bytes, int], tuple[Any, int]]:
+    """Reads one column's non-null Avro value as its canonical value (what capture encoded)."""
+    kind = KIND[col.kind]
+    if kind.wire == "long":
+        return read_long
+    if kind.wire == "double":
+        return lambda data, pos: (_DOUBLE.unpack_from(data, pos)[0], pos + 8)
+    if kind.wire == "strings":
+        return _set
+    convert: Callable[[bytes], Any] = bytes
+    if kind.wire == "string":
+        convert = bytes.decode
+    elif kind.wire == "decimal":
+        scale = col.scale if kind.avro is None else 0  # uint64: a decimal of scale 0
+
+        def convert(raw: bytes) -> Decimal:
+            return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+
+    def sized(data: bytes, pos: int) -> tuple[Any, int]:
+        size, pos = read_long(data, pos)
+        return convert(data[pos : pos + size]), pos + size
+
+    return sized
+
+
+def canonical_envelope(columns: Sequence[Column]) -> Callable[[bytes], tuple[Image, Image]]:
+    """``payload -> (before, after)`` as canonical values in column order (Debezium's format
+    needs them: the JSON mapping parses JSON columns and loses their text)."""
+    readers = [(isinstance(col.avro_type(), list), _canonical_reader(col)) for col in columns]
+
+    def row(data: bytes, pos: int) -> tuple[list[Any], int]:
+        values: list[Any] = []
+        for union, read in readers:
+            if union:
+                branch, pos = read_long(data, pos)
+                if branch == 0:
+                    values.append(None)
+                    continue
+            value, pos = read(data, pos)
+            values.append(value)
+        return values, pos
+
+    def envelope(payload: bytes) -> tuple[Image, Image]:
+        images: list[Image] = []
+        pos = 0
+        for _ in range(2):
+            branch, pos = read_long(payload, pos)
+            if branch == 0:
+                images.append(None)
+            else:
+                image, pos = row(payload, pos)
+                images.append(image)
+        return images[0], images[1]
+
+    return envelope

@@ -14,7 +14,7 @@ import pyarrow as pa
 from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.schemas.columns import KIND
-from sluice.schemas.debezium import DebeziumWindows, envelopes
+from sluice.schemas.debezium import DebeziumWindows
 
 GENERIC_DDL = (
     "scn long, source string, op string, ts timestamp, key string, before string, "
@@ -114,11 +114,8 @@ class DebeziumRows:
     def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
         header = wire.read_window_header(record)
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
-        lookup = self.windows.formatter
-        for raw, formatter, value in envelopes(
-            record, lambda s, v: lookup(s, v, codec_for), self.op_override
-        ):
-            key = None if raw.op == "t" else formatter.key_of(raw.payload)
+        events = self.windows.events(record, codec_for, self.op_override, with_keys=True)
+        for raw, key, value in events:
             row = [
                 header.scn,
                 raw.source,

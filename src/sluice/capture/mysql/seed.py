@@ -291,7 +291,7 @@ def read_chunk(
             condition = f"{condition} AND ({where.replace('%', '%%')})"
         exprs = ", ".join(_select_expr(c) for c in schema.columns)
         cur = conn.cursor()
-        _execute(
+        execute_select(
             cur,
             f"SELECT {exprs} FROM {table_ref(schema.source)} WHERE {condition}",
             args,
@@ -303,7 +303,9 @@ def read_chunk(
     return ChunkRead(scn, _rows(conn, cur, row_parser(schema.columns)))
 
 
-def _execute(cur: Any, sql: str, args: list[Any], source: str) -> None:
+def execute_select(cur: Any, sql: str, args: Sequence[Any], source: str) -> None:
+    """Run a SELECT on ``source``; the server's refusal is a sentence (no SELECT: the GRANT;
+    a bad query: its message)."""
     try:
         cur.execute(sql, args)
     except pymysql.err.ProgrammingError as exc:

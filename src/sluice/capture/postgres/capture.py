@@ -57,6 +57,7 @@ from sluice.errors import (
     SourceConnectionError,
     SourceError,
     SourceSetupError,
+    first_line,
 )
 from sluice.schemas import Column, TableSchema
 
@@ -130,7 +131,7 @@ class PostgresCapture:
         try:
             return _PgInfo(check_server(conn, self.url, tuple(sorted(self._tables))))
         except psycopg2.Error as exc:  # a refusal the checks did not foresee: say it, no trace
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            text = first_line(exc)
             raise SourceSetupError(f"PostgreSQL refused a set-up query: {text}") from None
         finally:
             conn.close()

@@ -34,16 +34,11 @@ from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.seeding import ChunkRead, KeyRange, driver_errors, keyless, seek_ranges
 from sluice.core.names import split_source
-from sluice.errors import DecodeError, SourceError, SourceSetupError
+from sluice.errors import DecodeError, SourceError, SourceSetupError, first_line
 from sluice.schemas import TableSchema
 
 log = logging.getLogger(__name__)
 _ITERSIZE = 5000
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else repr(exc)
 
 
 def _ident(name: str) -> str:
@@ -141,12 +136,9 @@ class PgChunkReader:
             cur.execute(f"SELECT {cols} FROM {_table(source)} WHERE {condition}", args)
             return cur, [column_kind(oids[c.name][0])[1] for c in schema.columns]
         except psycopg2.errors.InsufficientPrivilege:
-            raise SourceSetupError(
-                f"the user may not read {source}: GRANT SELECT ON {source} TO {self.url.user}",
-                source=source,
-            ) from None
+            raise no_select(source, self.url.user) from None
         except psycopg2.Error as exc:
-            text = _first_line(exc)
+            text = first_line(exc)
             if "snapshot" in text:
                 text += " (the seed driver that exported it has ended: run the seed again)"
             raise SourceError(f"reading {source} failed: {text}", source=source) from None
@@ -165,9 +157,16 @@ class PgChunkReader:
                     raise _undecodable(schema, converters, raw) from None
             conn.commit()
         except psycopg2.Error as exc:
-            raise SourceError(f"reading {source} failed: {_first_line(exc)}") from None
+            raise SourceError(f"reading {source} failed: {first_line(exc)}") from None
         finally:
             conn.close()
+
+
+def no_select(source: str, user: str) -> SourceSetupError:
+    """The user lacks SELECT on ``source``: the GRANT that fixes it."""
+    return SourceSetupError(
+        f"the user may not read {source}: GRANT SELECT ON {source} TO {user}", source=source
+    )
 
 
 def _undecodable(schema: TableSchema, converters: list[Any], raw: Sequence[Any]) -> DecodeError:
@@ -223,13 +222,10 @@ class PgSeeder:
             with self.conn.cursor() as cur:
                 cur.execute(f"SELECT 1 FROM {_table(source)} WHERE {condition} LIMIT 0", ())
         except psycopg2.errors.InsufficientPrivilege:
-            raise SourceSetupError(
-                f"the user may not read {source}: GRANT SELECT ON {source} TO {self.url.user}",
-                source=source,
-            ) from None
+            raise no_select(source, self.url.user) from None
         except psycopg2.Error as exc:
             raise SourceSetupError(
-                f"--where is not a condition on {source}: {_first_line(exc)}", source=source
+                f"--where is not a condition on {source}: {first_line(exc)}", source=source
             ) from None
 
     def plan(self, schema: TableSchema, chunk_rows: int) -> list[KeyRange]:
@@ -281,7 +277,7 @@ class PgSeeder:
                 )
                 _name, point, snapshot, _plugin = cur.fetchone()
         except psycopg2.Error as exc:
-            text = _first_line(exc)
+            text = first_line(exc)
             hint = (
                 "raise max_replication_slots in postgresql.conf (and restart), or drop an "
                 "unused slot"

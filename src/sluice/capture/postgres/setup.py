@@ -14,7 +14,7 @@ import psycopg2
 
 from sluice.capture.source import bad_url
 from sluice.core.names import source_name, split_source
-from sluice.errors import ConfigError, SourceConnectionError, SourceSetupError
+from sluice.errors import ConfigError, SourceConnectionError, SourceSetupError, first_line
 
 _HINT = "expected postgresql://USER[:PASSWORD]@HOST:PORT/DBNAME[?slot=NAME&publication=NAME]"
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -73,7 +73,7 @@ def connect(url: PgUrl, **kwargs: Any) -> Any:
     try:
         conn = psycopg2.connect(**url.dsn(), **kwargs)
     except psycopg2.OperationalError as exc:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        text = first_line(exc)
         refused = ("password", "authentication", "does not exist", "replication role")
         if any(word in text for word in refused):
             raise SourceSetupError(f"PostgreSQL refused the login: {text}") from None
@@ -154,7 +154,7 @@ def _publication(conn: Any, url: PgUrl, tables: tuple[str, ...]) -> None:
             cur.execute(sql)
     except psycopg2.Error as exc:
         raise SourceSetupError(
-            f"cannot publish {', '.join(missing)} ({_first_line(exc)}): run `{sql}` as the "
+            f"cannot publish {', '.join(missing)} ({first_line(exc)}): run `{sql}` as the "
             "tables' owner, or make the capture user their owner"
         ) from None
 
@@ -190,7 +190,7 @@ def _slot(conn: Any, url: PgUrl) -> None:
         with conn.cursor() as cur:
             cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (url.slot,))
     except psycopg2.Error as exc:
-        text = _first_line(exc)
+        text = first_line(exc)
         hint = (
             "raise max_replication_slots in postgresql.conf (and restart), or drop an unused slot"
             if "max_replication_slots" in text or "all replication slots are in use" in text
@@ -260,8 +260,3 @@ def type_names(conn: Any, types: list[tuple[int, int]]) -> list[str]:
             ([oid for oid, _ in types], [typmod for _, typmod in types]),
         )
         return [str(r[0]) for r in cur.fetchall()]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else repr(exc)

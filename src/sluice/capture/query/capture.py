@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,7 +28,14 @@ from sluice.capture.source import (
     CaptureStats,
     run_supervised,
 )
-from sluice.errors import ConfigError, DecodeError, SluiceError, SourceSetupError
+from sluice.errors import (
+    ConfigError,
+    DecodeError,
+    SluiceError,
+    SourceError,
+    SourceSetupError,
+    first_line,
+)
 from sluice.schemas import TableSchema
 
 log = logging.getLogger(__name__)
@@ -108,8 +115,7 @@ def source_info(url: str) -> dict[str, Any]:
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
-    parsed = parse_url(url)
-    return QueryCapture(lambda: dialect_of(parsed), settings)
+    return QueryCapture(dialect_of(parse_url(url)), settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,10 +128,10 @@ class QueryCapture:
 
     rereadable = False
 
-    def __init__(self, make_dialect: Callable[[], Dialect], settings: CaptureSettings) -> None:
+    def __init__(self, dialect: Dialect, settings: CaptureSettings) -> None:
         self.settings = settings
         self.stats = CaptureStats()
-        self.dialect = make_dialect()
+        self.dialect = dialect
         self.options = _table_options(settings.tables, settings.table_options)
         self.journal = Journal(settings.state_dir)
         self.pollers: dict[str, TablePoller] = {}
@@ -141,8 +147,10 @@ class QueryCapture:
         try:
             for source, options in self.options.items():
                 check_columns(self.dialect.describe(source), options)
-        except self.dialect.transient as exc:
-            raise SourceSetupError(f"the {self.dialect.name} database refused: {exc}") from None
+        except self.dialect.errors as exc:
+            raise SourceSetupError(
+                f"the {self.dialect.name} database refused: {first_line(exc)}"
+            ) from None
         return _Info(self.journal.last_scn)
 
     def start(self, since_scn: int | None) -> int:
@@ -216,6 +224,12 @@ class QueryCapture:
         try:
             for page in poller.poll():
                 self._deliver(source, page.events, page.position)
+        except self.dialect.transient:
+            raise  # the supervisor reconnects and polls again from the positions
+        except self.dialect.errors as exc:
+            raise SourceError(
+                f"polling {source} failed: {first_line(exc)}", source=source
+            ) from None
         except DecodeError as exc:
             self.stats.stopped_sources[source] = str(exc)
             log.error(

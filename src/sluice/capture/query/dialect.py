@@ -44,6 +44,7 @@ class Dialect(Protocol):
 
     name: str
     transient: tuple[type[BaseException], ...]  # a failure that a reconnect may cure
+    errors: tuple[type[BaseException], ...]  # any failure of the driver
 
     def connect(self) -> None: ...
 

