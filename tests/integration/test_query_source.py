@@ -396,22 +396,10 @@ def test_postgres_rows_polled_are_byte_identical_to_captured_ones(
 def test_mariadb_rows_polled_are_byte_identical_to_captured_ones(
     mariadb: PrivateMariaDB, database: str
 ) -> None:
+    from tests.integration.test_seed_differential import captured_all_types
 
-    from sluice.capture.mysql.metadata import end_scn
-    from tests.integration.test_seed_differential import _captured
-    from tests.integration.workload import ALL_TYPES_DDL, insert_all_types
-
-    conn = mariadb.connect(database)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute(ALL_TYPES_DDL)
-    start = end_scn(conn)
-    with conn.cursor() as cur:
-        insert_all_types(cur, 13, 150)
-    stop = end_scn(conn)
-    conn.close()
     source = f"{database}.alltypes"
-    captured, _registry = _captured(mariadb, (source,), start, stop)
+    captured, _registry, _start = captured_all_types(mariadb, database, 13, 150)
     by_key = {key: raw for (_src, key), (raw, _event) in captured.items()}
     _assert_identical(_poll("query+" + mariadb.url, source, 150, 31), by_key)
 

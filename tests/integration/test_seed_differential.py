@@ -68,6 +68,24 @@ def _captured(
     return out, registry
 
 
+def captured_all_types(
+    mariadb: PrivateMariaDB, database: str, seed: int, count: int
+) -> tuple[dict[tuple[str, str], tuple[wire.RawEvent, Event]], SchemaRegistry, int]:
+    """``alltypes`` made in ``database`` and ``count`` random rows inserted, captured from
+    the binlog: the events by (source, key), their schemas, and the SCN before the inserts."""
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(ALL_TYPES_DDL)
+    start = end_scn(conn)
+    with conn.cursor() as cur:
+        insert_all_types(cur, seed, count)
+    stop = end_scn(conn)
+    conn.close()
+    captured, registry = _captured(mariadb, (f"{database}.alltypes",), start, stop)
+    return captured, registry, start
+
+
 def _assert_same(
     seeded: dict[tuple[str, str], dict[str, Any]],
     captured: dict[tuple[str, str], tuple[wire.RawEvent, Event]],
@@ -88,17 +106,8 @@ def _assert_same(
 def test_seeded_rows_of_every_type_are_byte_identical_to_captured_ones(
     mariadb: PrivateMariaDB, database: str, tmp_path: Path
 ) -> None:
-    conn = mariadb.connect(database)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-        cur.execute(ALL_TYPES_DDL)
-    start = end_scn(conn)
-    with conn.cursor() as cur:
-        insert_all_types(cur, 5, 240)
-    stop = end_scn(conn)
-    conn.close()
     source = f"{database}.alltypes"
-    captured, registry = _captured(mariadb, (source,), start, stop)
+    captured, registry, start = captured_all_types(mariadb, database, 5, 240)
     job, seeded = _seed_rows(mariadb, tmp_path / "store", (source,), start, 50)
     assert job.schemas[source].same_shape(registry.versions(source)[-1])
     assert len(seeded) == 240
