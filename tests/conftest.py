@@ -78,9 +78,11 @@ def conn(mariadb: PrivateMariaDB, database: str) -> Iterator[pymysql.Connection[
 def spark() -> Iterator[Any]:
     """One local SparkSession for the run (a JVM per process: settings are fixed up front)."""
     from sluice.bootstrap.job import spark_session
+    from sluice.capture.source import seed_jars
     from sluice.spark import register
 
-    session = spark_session("local[2]", "sluice-tests")
+    # The MariaDB JDBC driver (make setup installs it): seeds take Spark's JDBC path.
+    session = spark_session("local[2]", "sluice-tests", jars=seed_jars("mysql://localhost"))
     register(session)
     yield session
     session.stop()

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F  # noqa: N812
 
 from sluice.bootstrap.fold import blocked_by_gaps, fold
 from sluice.bootstrap.store import BootstrapStore
+from sluice.capture.source import seed_jars
 from sluice.core.names import schemas_path
 from sluice.errors import SluiceError
 from sluice.spark import register
@@ -47,10 +48,15 @@ class JobConfig:
 
 
 def spark_session(
-    master: str | None = None, app: str = "sluice-bootstrap", *, quiet: bool = False
+    master: str | None = None,
+    app: str = "sluice-bootstrap",
+    *,
+    quiet: bool = False,
+    jars: tuple[str, ...] = (),
 ) -> Any:
     """A session tuned for small machines unless spark-submit already configured one.
-    ``quiet``: the JVM's own output (start-up warnings, log4j) goes to a file, not stderr."""
+    ``quiet``: the JVM's own output (start-up warnings, log4j) goes to a file, not stderr.
+    ``jars``: JDBC drivers to load (they take effect only if this starts the JVM)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings = {
@@ -64,6 +70,8 @@ def spark_session(
         settings["spark.master"] = master or "local[2]"
     if not master or master.startswith("local"):
         settings["spark.driver.host"] = "127.0.0.1"
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
     if quiet:
         _quiet_gateway(settings)
     builder = SparkSession.builder
@@ -170,7 +178,8 @@ class BootstrapJob:
 
     def _run(self) -> None:
         start = self._prepare()
-        spark = self._spark or spark_session(self.config.master, quiet=self.config.quiet)
+        jars = seed_jars(self.config.seed) if self.config.seed else ()
+        spark = self._spark or spark_session(self.config.master, quiet=self.config.quiet, jars=jars)
         register(spark)
         save_schemas(self.config.relays, self.config.sources, self.store)
         stream = (

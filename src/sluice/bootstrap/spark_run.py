@@ -19,9 +19,16 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def run_spark_command(what: str, master: str | None, app: str, body: Callable[[Any], T]) -> T:
-    """``body(spark)`` in a quiet session; a Spark failure (the JVM not starting included) is
-    one sentence, a signal cancels the running jobs and is reported as ``Interrupted``."""
+def run_spark_command(
+    what: str,
+    master: str | None,
+    app: str,
+    body: Callable[[Any], T],
+    jars: tuple[str, ...] = (),
+) -> T:
+    """``body(spark)`` in a quiet session (with ``jars``); a Spark failure (the JVM not
+    starting included) is one sentence, a signal cancels the running jobs and is reported as
+    ``Interrupted``."""
     stopping = threading.Event()
     spark: Any = None
 
@@ -35,7 +42,7 @@ def run_spark_command(what: str, master: str | None, app: str, body: Callable[[A
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        spark = spark_session(master, app, quiet=True)
+        spark = spark_session(master, app, quiet=True, jars=jars)
         return body(spark)
     except Exception as exc:
         if stopping.is_set():

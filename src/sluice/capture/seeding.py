@@ -11,8 +11,8 @@ of that kind decodes), so the schema's own encoder gives the bytes the relay giv
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from sluice.errors import SourceError, SourceSetupError, first_line
@@ -44,6 +44,28 @@ class ChunkReader(Protocol):
     def read(self, schema: TableSchema, bounds: KeyRange, where: str | None) -> ChunkRead: ...
 
 
+@dataclass(frozen=True, slots=True)
+class JdbcChunks:
+    """A table's chunks as Spark's own JDBC source reads them, in its JVM: the seed's fast
+    path (the rows never pass through Python one by one).
+
+    ``table`` is a derived table whose ``columns`` hold each schema column's canonical value
+    (decimals unscaled; see ``schemas/arrow_encoder.py``) and whose ``position_columns`` say
+    where the chunk's consistent snapshot stands; ``scn_of(position)`` makes that an SCN. One
+    ``predicates`` entry per chunk of the plan, in order. ``properties`` open every
+    connection in a consistent snapshot (``sessionInitStatement``)."""
+
+    url: str
+    properties: tuple[tuple[str, str], ...] = field(repr=False)  # the password travels here
+    table: str
+    columns: tuple[str, ...]
+    position_columns: tuple[str, ...]
+    predicates: tuple[str, ...]
+    scn_of: Callable[[tuple[Any, ...]], int]
+    driver: str
+    jars: tuple[str, ...]  # where the driver class is, for ``spark.jars``
+
+
 class Seeder(Protocol):
     """The driver's side of seeding one database; ``close()`` when the seed is over (an
     exported snapshot lives until then)."""
@@ -63,6 +85,13 @@ class Seeder(Protocol):
 
     def snapshot(self) -> ChunkReader:
         """Open what chunk reads need (checks that snapshots give an SCN here)."""
+        ...
+
+    def jdbc_chunks(
+        self, schema: TableSchema, ranges: Sequence[KeyRange], where: str | None
+    ) -> JdbcChunks | None:
+        """The plan's chunks for Spark's JDBC source, or None where this kind (or this
+        table's columns) has no such path: its chunks are read by ``ChunkReader``."""
         ...
 
     def close(self) -> None: ...

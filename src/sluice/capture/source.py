@@ -184,6 +184,13 @@ def check_url(url: str) -> None:
     _kind(url).parse_url(url)
 
 
+def seed_jars(url: str) -> tuple[str, ...]:
+    """JARs a Spark session seeding from ``url`` should load (``spark.jars``): the JDBC
+    driver of the kind's fast path, where it has one and it is installed."""
+    jars = getattr(_kind(url), "seed_jars", None)
+    return tuple(jars()) if jars else ()
+
+
 def open_seeder(url: str) -> Seeder:
     """The seeding side of the source ``url`` names, by its scheme (connected)."""
     opened: Seeder = _kind(url).open_seeder(url)

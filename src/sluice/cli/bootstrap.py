@@ -151,6 +151,7 @@ def _run(args: argparse.Namespace) -> int:
 def _seed(args: argparse.Namespace) -> int:
     from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
     from sluice.bootstrap.spark_run import run_spark_command  # noqa: PLC0415
+    from sluice.capture.source import seed_jars  # noqa: PLC0415
 
     if args.parallelism is not None and args.parallelism < 1:
         raise ConfigError(f"--parallelism must be at least 1, got {args.parallelism}")
@@ -167,7 +168,9 @@ def _seed(args: argparse.Namespace) -> int:
     job.prepare()  # bad input fails here, before Spark starts and before anything is written
     master = args.master or (f"local[{args.parallelism}]" if args.parallelism else None)
     try:
-        report = run_spark_command("the seed failed", master, "sluice-seed", job.run)
+        report = run_spark_command(
+            "the seed failed", master, "sluice-seed", job.run, seed_jars(job.config.source)
+        )
     finally:
         job.close()
     total = sum(len(plan.ranges) for plan in job.plans)

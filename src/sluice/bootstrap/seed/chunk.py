@@ -8,11 +8,14 @@ its ``op`` (``r``) and its SCN.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from zlib import crc32
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -71,42 +74,70 @@ def run_chunk(task: ChunkTask) -> ChunkResult:
 
 
 def _run_chunk(task: ChunkTask) -> ChunkResult:
+    read = task.reader.read(task.schema, task.bounds, task.where)
+    encoder = _RowEncoder(RowCodec(task.schema), read.scn)
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        batch: list[list[Any]] = []
+        for values in read.rows:
+            batch.append(values)
+            if len(batch) >= _BATCH:
+                yield encoder.batch(batch)
+                batch = []
+        if batch:
+            yield encoder.batch(batch)
+
+    return write_chunk(task, read.scn, batches())
+
+
+def write_chunk(task: ChunkTask, scn: int, batches: Iterable[pa.RecordBatch]) -> ChunkResult:
+    """Write a chunk's rows (``SNAPSHOT_ARROW`` batches) as its file, then its done record:
+    a task killed midway leaves only an ignored temp file."""
     started = time.monotonic()
     store = BootstrapStore(task.store)
     records = SeedRecords(store)
     source, generation = task.schema.source, task.generation
     target = store.path(*records.chunk_file(source, generation, task.index))
-    tmp = f"{target}.{time.time_ns()}.tmp"  # a killed task leaves only an ignored temp file
-    read = task.reader.read(task.schema, task.bounds, task.where)
-    encoder = _RowEncoder(RowCodec(task.schema), read.scn)
+    tmp = f"{target}.{time.time_ns()}.tmp"
     rows = 0
-    with (
-        store.fs.open_output_stream(tmp) as stream,
-        pq.ParquetWriter(stream, SNAPSHOT_ARROW, compression="snappy") as writer,
-    ):
-        batch: list[list[Any]] = []
-        for values in read.rows:
-            batch.append(values)
-            if len(batch) >= _BATCH:
-                writer.write_batch(encoder.batch(batch))
-                rows += len(batch)
-                batch = []
-        if batch:
-            writer.write_batch(encoder.batch(batch))
-            rows += len(batch)
+    try:
+        with (
+            store.fs.open_output_stream(tmp) as stream,
+            pq.ParquetWriter(stream, SNAPSHOT_ARROW, compression="snappy") as writer,
+        ):
+            for batch in batches:
+                writer.write_batch(batch)
+                rows += batch.num_rows
+    except BaseException:
+        with contextlib.suppress(OSError):
+            store.fs.delete_file(tmp)
+        raise
     store.fs.move(tmp, target)
-    store.write_json(
-        {"scn": read.scn, "rows": rows}, *records.done_file(source, generation, task.index)
-    )
-    return ChunkResult(source, task.index, read.scn, rows, time.monotonic() - started)
+    store.write_json({"scn": scn, "rows": rows}, *records.done_file(source, generation, task.index))
+    return ChunkResult(source, task.index, scn, rows, time.monotonic() - started)
+
+
+def snapshot_batch(
+    schema: TableSchema, scn: int, keys: pa.Array, hashes: pa.Array, payloads: pa.Array
+) -> pa.RecordBatch:
+    """A chunk file's rows: what capture gives for inserts of them, stamped with ``scn``."""
+    n = len(payloads)
+    arrays = [
+        pa.array([schema.source] * n, pa.string()),
+        keys,
+        hashes,
+        pa.array(np.full(n, scn, dtype=np.int64)),
+        pa.array(np.zeros(n, dtype=np.int32)),
+        pa.array(np.full(n, schema.version, dtype=np.int32)),
+        payloads,
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=SNAPSHOT_ARROW)
 
 
 class _RowEncoder:
     def __init__(self, codec: RowCodec, scn: int) -> None:
         self.codec = codec
         self.scn = scn
-        self.source = codec.schema.source
-        self.version = codec.schema.version
 
     def batch(self, rows: list[list[Any]]) -> pa.RecordBatch:
         encode, key_text = self.codec.encode, self.codec.key_text
@@ -119,14 +150,10 @@ class _RowEncoder:
             keys.append(key)
             hashes.append(crc32(key.encode()))
             payloads.append(payload)
-        n = len(rows)
-        arrays = [
-            pa.array([self.source] * n, pa.string()),
+        return snapshot_batch(
+            self.codec.schema,
+            self.scn,
             pa.array(keys, pa.string()),
             pa.array(hashes, pa.int64()),
-            pa.array([self.scn] * n, pa.int64()),
-            pa.array([0] * n, pa.int32()),
-            pa.array([self.version] * n, pa.int32()),
             pa.array(payloads, pa.binary()),
-        ]
-        return pa.RecordBatch.from_arrays(arrays, schema=SNAPSHOT_ARROW)
+        )

@@ -17,9 +17,10 @@ from typing import Any
 
 from sluice.bootstrap.fold import blocked_by_gaps, check_coverage, fold
 from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, run_chunk
+from sluice.bootstrap.seed.jdbc import read_chunks
 from sluice.bootstrap.seed.records import Seeded, SeedPlan, SeedRecords
 from sluice.bootstrap.store import BootstrapStore, Gap
-from sluice.capture.seeding import ChunkReader, Seeder
+from sluice.capture.seeding import ChunkReader, JdbcChunks, Seeder
 from sluice.capture.source import open_seeder
 from sluice.errors import ConfigError, SourceError, SourceSetupError
 from sluice.schemas import TableSchema
@@ -46,6 +47,7 @@ class SeedReport:
     read_seconds: float = 0.0  # of which reading chunks (the rest: planning, publishing)
     # sources still behind a log gap: no snapshot with the seeded rows until they are seeded
     blocked: tuple[Gap, ...] = ()
+    jdbc_chunks: int = 0  # of the chunks read, those Spark's JDBC source read (the fast path)
 
     @property
     def rows(self) -> int:
@@ -70,6 +72,8 @@ class SeedJob:
         self.schemas: dict[str, TableSchema] = {}
         self.seeder: Seeder | None = None
         self.reader: ChunkReader | None = None
+        self.jdbc: dict[str, JdbcChunks] = {}  # sources Spark's JDBC source can read
+        self.jdbc_read = 0
 
     # -- checks and plans (driver only) -------------------------------------------------------
     def prepare(self) -> list[SeedPlan]:
@@ -112,7 +116,11 @@ class SeedJob:
             versions = [TableSchema.from_avro(v) for v in known.get(table, [])]
             schema = _resolve_version(seeder.table(table, self.config.where), versions)
             self.schemas[table] = schema
-            self.plans.append(self._plan(seeder, schema))
+            plan = self._plan(seeder, schema)
+            self.plans.append(plan)
+            chunks = seeder.jdbc_chunks(schema, plan.ranges, plan.where)
+            if chunks is not None:
+                self.jdbc[table] = chunks
         # The store learns a seeded table's current schema if the relay has not seen it yet.
         self.store.merge_schemas({t: [s.to_avro()] for t, s in self.schemas.items()}, keep=True)
 
@@ -167,24 +175,40 @@ class SeedJob:
             if tasks:
                 self._run_tasks(spark, tasks, total)
             read_s = time.monotonic() - reading
+            jdbc = self.jdbc_read
         finally:
             self.close()
         seeded = tuple(self._finish(plan) for plan in self.plans)
         snapshot = fold(spark, self.store)
         blocked = tuple(blocked_by_gaps(spark, self.store).values())
-        return SeedReport(seeded, len(tasks), snapshot, time.monotonic() - started, read_s, blocked)
+        seconds = time.monotonic() - started
+        return SeedReport(seeded, len(tasks), snapshot, seconds, read_s, blocked, jdbc)
 
     def _run_tasks(self, spark: Any, tasks: list[ChunkTask], total: int) -> None:
         watcher = _ProgressWatcher(self, total, self.progress)
         watcher.start()
         try:
-            slices = len(tasks)
-            rdd = spark.sparkContext.parallelize(tasks, slices)
-            spark.sparkContext.setJobDescription(f"sluice seed: {len(tasks)} chunks")
-            results: list[ChunkResult] = rdd.map(run_chunk).collect()
+            results = self._read_jdbc(spark, tasks)
+            self.jdbc_read = len(results)
+            finished = {(r.source, r.index) for r in results}
+            rest = [t for t in tasks if (t.schema.source, t.index) not in finished]
+            if rest:
+                spark.sparkContext.setJobDescription(f"sluice seed: {len(rest)} chunks")
+                rdd = spark.sparkContext.parallelize(rest, len(rest))
+                results += rdd.map(run_chunk).collect()
         finally:
             watcher.stop()
         log.info("seed read %d chunks, %d rows", len(results), sum(r.rows for r in results))
+
+    def _read_jdbc(self, spark: Any, tasks: list[ChunkTask]) -> list[ChunkResult]:
+        """Chunks of the sources with a JDBC path, read by Spark's own JDBC source."""
+        results: list[ChunkResult] = []
+        for source, chunks in self.jdbc.items():
+            mine = [t for t in tasks if t.schema.source == source]
+            if mine:
+                spark.sparkContext.setJobDescription(f"sluice seed: {source}, JDBC")
+                results += read_chunks(spark, chunks, mine)
+        return results
 
     def _finish(self, plan: SeedPlan) -> Seeded:
         done = self.records.done(plan.source, plan.generation)

@@ -71,6 +71,13 @@ def open_seeder(url: str) -> Seeder:
     return MySQLSeeder(parse_source_url(url).params())
 
 
+def seed_jars() -> tuple[str, ...]:
+    """The JDBC driver Spark's own JDBC source reads seed chunks with, where installed."""
+    from sluice.capture.mysql.bulk import jdbc_jars  # noqa: PLC0415 - only seeding needs it
+
+    return jdbc_jars()
+
+
 def source_info(url: str) -> dict[str, Any]:
     """What event formats name the source by (Debezium's ``source`` block): its server id and
     binlog base name, asked once (without them the block says 0 and ``binlog``)."""

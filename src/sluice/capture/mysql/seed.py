@@ -26,6 +26,7 @@ from sluice.capture.mysql.metadata import end_scn
 from sluice.capture.mysql.scn import scn_of_log
 from sluice.capture.seeding import (
     ChunkRead,
+    JdbcChunks,
     KeyRange,
     driver_errors,
     guarded,
@@ -390,6 +391,13 @@ class MySQLSeeder:
         open_snapshot(self.conn)  # fails early, with the fix, where snapshots give no SCN
         self.conn.rollback()
         return MySQLChunkReader(self.params)
+
+    def jdbc_chunks(
+        self, schema: TableSchema, ranges: Sequence[KeyRange], where: str | None
+    ) -> JdbcChunks | None:
+        from sluice.capture.mysql.bulk import jdbc_chunks  # noqa: PLC0415 - it imports this
+
+        return jdbc_chunks(self.params, schema, ranges, where)
 
     def close(self) -> None:
         self.conn.close()

@@ -259,9 +259,10 @@ class _Generator:
             "    h = u & 0x1FFFF",
             f"    x = d + ((h >> 12) * 3600 + (h >> 6 & 63) * 60 + (h & 63)) * 1000000{frac}",
             "    z = (x << 1) ^ (x >> 63)",
-            # Micros since 1970 fit 56 bits until the year 3111: four table lookups.
+            # Micros since 1970 take 43..56 bits from 1969-12-07 to the year 3111: four table
+            # lookups. Nearer the epoch fewer bytes (the shortest LEB128, as every encoder).
             "    @0 = b'\\x02'; @1 = _C[z & 16383] + _C[z >> 14 & 16383] + _C[z >> 28 & 16383]"
-            " + _S[z >> 42] if z < 72057594037927936 else _V(z)",
+            " + _S[z >> 42] if 4398046511104 <= z < 72057594037927936 else _V(z)",
         ]
 
     def _timestamp2(self, fsp: int) -> list[str]:

@@ -32,7 +32,14 @@ from sluice.capture.postgres.setup import (
 )
 from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
-from sluice.capture.seeding import ChunkRead, KeyRange, driver_errors, keyless, seek_ranges
+from sluice.capture.seeding import (
+    ChunkRead,
+    JdbcChunks,
+    KeyRange,
+    driver_errors,
+    keyless,
+    seek_ranges,
+)
 from sluice.core.names import split_source
 from sluice.errors import DecodeError, SourceError, SourceSetupError, first_line
 from sluice.schemas import TableSchema
@@ -289,6 +296,12 @@ class PgSeeder:
             ) from None
         log.info("seeding in snapshot %s, consistent at LSN %s", snapshot, point)
         return PgChunkReader(self.url, str(snapshot), _lsn(str(point)))
+
+    def jdbc_chunks(
+        self, schema: TableSchema, ranges: Sequence[KeyRange], where: str | None
+    ) -> JdbcChunks | None:
+        del schema, ranges, where
+        return None  # chunks are read through Python (no JDBC path yet)
 
     def close(self) -> None:
         for conn in (self._replication, self.conn):

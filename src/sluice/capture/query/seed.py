@@ -12,12 +12,12 @@ comparisons on the key, through the same dialect (and converters) as the polls.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sluice.capture.query.dialect import Dialect, Select
-from sluice.capture.seeding import ChunkRead, KeyRange, keyless, seek_ranges
+from sluice.capture.seeding import ChunkRead, JdbcChunks, KeyRange, keyless, seek_ranges
 from sluice.errors import SourceError, SourceSetupError, first_line
 from sluice.schemas import TableSchema
 
@@ -131,6 +131,12 @@ class QuerySeeder:
 
     def snapshot(self) -> QueryChunkReader:
         return QueryChunkReader(self.url)
+
+    def jdbc_chunks(
+        self, schema: TableSchema, ranges: Sequence[KeyRange], where: str | None
+    ) -> JdbcChunks | None:
+        del schema, ranges, where
+        return None  # chunks are read through Python (no JDBC path yet)
 
     def close(self) -> None:
         self.dialect.close()

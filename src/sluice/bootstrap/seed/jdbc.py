@@ -1,0 +1,126 @@
+"""The seed's fast path: Spark's own JDBC source reads the chunks in its JVM (one partition
+per chunk, each in its own consistent snapshot), and a Python task per chunk encodes whole
+Arrow batches (``schemas/arrow_encoder.py``) and writes the chunk's file and done record, as
+the row path does (``chunk.py``): same bytes, same resumability.
+
+A chunk this path cannot finish exactly (it came back empty, so no row carried its
+snapshot's SCN; or a value the Arrow encoder refuses) is left to the row path, which the job
+runs for every chunk still missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from zlib import crc32
+
+import pyarrow as pa
+
+from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, snapshot_batch, write_chunk
+from sluice.capture.seeding import JdbcChunks
+from sluice.errors import SourceError
+from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable
+
+log = logging.getLogger(__name__)
+RESULT_DDL = "source string, chunk int, scn long, rows long, seconds double"
+_RESULT = pa.schema(
+    [
+        ("source", pa.string()),
+        ("chunk", pa.int32()),
+        ("scn", pa.int64()),
+        ("rows", pa.int64()),
+        ("seconds", pa.float64()),
+    ]
+)
+
+
+class _Skip(Exception):
+    """This chunk goes to the row path."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ChunkWriter:
+    """``mapInArrow``'s function: partition ``i`` is ``tasks[i]`` (pickled to executors)."""
+
+    tasks: tuple[ChunkTask, ...]
+    chunks: JdbcChunks
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext  # noqa: PLC0415 - only inside a Spark task
+
+        context = TaskContext.get()
+        task = self.tasks[context.partitionId() if context else 0]
+        first = next((b for b in batches if b.num_rows), None)
+        if first is None:
+            return  # no row told the snapshot's SCN: the row path reads this chunk
+        scn = self._scn(first)
+        encoder = ArrowEncoder(task.schema)
+
+        def encoded() -> Iterator[pa.RecordBatch]:
+            yield self._encode(encoder, scn, first)
+            for batch in batches:
+                if batch.num_rows:
+                    yield self._encode(encoder, scn, batch)
+
+        with contextlib.suppress(_Skip):
+            result = write_chunk(task, scn, encoded())
+            yield pa.RecordBatch.from_pylist(
+                [
+                    {
+                        "source": result.source,
+                        "chunk": result.index,
+                        "scn": result.scn,
+                        "rows": result.rows,
+                        "seconds": result.seconds,
+                    }
+                ],
+                schema=_RESULT,
+            )
+
+    def _scn(self, batch: pa.RecordBatch) -> int:
+        """The SCN of the snapshot the chunk was read in (every row carries its position)."""
+        names = self.chunks.position_columns
+        first = tuple(batch.column(n)[0].as_py() for n in names)
+        last = tuple(batch.column(n)[batch.num_rows - 1].as_py() for n in names)
+        if first != last:  # one connection, one snapshot: never expected
+            raise SourceError(f"a chunk's rows came from two snapshots ({first} and {last})")
+        return self.chunks.scn_of(first)
+
+    def _encode(self, encoder: ArrowEncoder, scn: int, batch: pa.RecordBatch) -> pa.RecordBatch:
+        columns = [batch.column(n) for n in self.chunks.columns]
+        try:
+            payloads = encoder.payloads(columns)
+        except Unencodable as exc:
+            log.info("chunk left to the row path: %s", exc)
+            raise _Skip from None
+        keys = encoder.keys(columns)
+        hashes = pa.array([crc32(k) for k in keys.cast(pa.binary()).to_pylist()], pa.int64())
+        if scn != self._scn(batch):
+            raise SourceError("a chunk's rows came from two snapshots")
+        return snapshot_batch(encoder.schema, scn, keys, hashes, payloads)
+
+
+def read_chunks(spark: Any, chunks: JdbcChunks, tasks: list[ChunkTask]) -> list[ChunkResult]:
+    """Read ``tasks`` (chunks of one table) through Spark's JDBC source; the results of the
+    chunks it finished (the others are left to the row path). Nothing when Spark cannot load
+    the JDBC driver."""
+    predicates = [chunks.predicates[t.index] for t in tasks]
+    try:
+        frame = spark.read.jdbc(
+            chunks.url, chunks.table, predicates=predicates, properties=dict(chunks.properties)
+        )
+    except Exception as exc:  # any refusal here: the row path reads instead
+        log.info(
+            "reading %s through Python: Spark's JDBC source could not open it (%s); put %s "
+            "on spark.jars for the faster path",
+            tasks[0].schema.source,
+            str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__,
+            " ".join(chunks.jars) or f"a JAR with {chunks.driver}",
+        )
+        return []
+    frame = frame.select(*chunks.columns, *chunks.position_columns)
+    done = frame.mapInArrow(_ChunkWriter(tuple(tasks), chunks), RESULT_DDL).collect()
+    return [ChunkResult(r.source, r.chunk, r.scn, r.rows, r.seconds) for r in done]
