@@ -174,7 +174,8 @@ def _seed(args: argparse.Namespace) -> int:
     finally:
         job.close()
     total = sum(len(plan.ranges) for plan in job.plans)
-    print(f"read {report.chunks_read} of {total} chunks")
+    via = f", {report.jdbc_chunks} through Spark's JDBC source" if report.jdbc_chunks else ""
+    print(f"read {report.chunks_read} of {total} chunks{via}")
     for seeded in report.seeded:
         print(
             f"seeded {seeded.source}: {seeded.rows} rows in {seeded.chunks} chunks at SCNs "
