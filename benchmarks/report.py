@@ -360,6 +360,15 @@ def render() -> str:
                         f"{_n(seed['sluice_seed_rows_per_s'])}",
                     ),
                     (
+                        "its chunk reads alone (Spark's JDBC source + Arrow encoding)",
+                        f"{_n(seed['sluice_seed_read_rows_per_s'])}"
+                        + (
+                            f" ({seed['seed_reads_vs_spark_jdbc']}x the best JDBC)"
+                            if "seed_reads_vs_spark_jdbc" in seed
+                            else ""
+                        ),
+                    ),
+                    (
                         "`spark.read.jdbc` -> Parquet, 2 partitions",
                         f"{_n(seed['spark_jdbc_2_partitions_rows_per_s'])} "
                         f"(seed {seed['seed_vs_spark_jdbc']}x of the best JDBC)",
