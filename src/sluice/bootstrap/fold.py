@@ -128,32 +128,30 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
     newest = max(newest, previous or 0)  # new seeds on an idle log: a new folder, same SCN
     if changes is None and not fresh and previous is None:
         return None
-    parts = []
-    truncates = None
+    changed = truncates = None
     if changes is not None:
         in_range = changes.where((F.col("scn") <= newest) & _log_window(previous, fresh))
-        rows = in_range.where(F.col("key").isNotNull())
-        parts.append(rows.select(*SNAPSHOT_COLUMNS, "op"))
+        changed = in_range.where(F.col("key").isNotNull()).select(*SNAPSHOT_COLUMNS, "op")
         # TRUNCATE: every row of the source older than it is gone.
         truncates = (
             in_range.where(F.col("op") == "t")
             .groupBy("source")
             .agg(F.max(F.struct("scn", "seq")).alias("_truncated"))
         )
+    bases = []  # rows already one per key: the previous generation's and fresh seeds'
     if previous is not None:
         base = spark.read.schema(SNAPSHOT_DDL).parquet(
             store.spark_path(store.snapshot_dir(previous))
         )
         if fresh:
             base = base.where(~F.col("source").isin(list(fresh)))
-        parts.append(base.select(*SNAPSHOT_COLUMNS).withColumn("op", F.lit("r")))
+        bases.append(base.select(*SNAPSHOT_COLUMNS))
     records = SeedRecords(store)
     for seeded in fresh.values():
         paths = records.chunk_paths(seeded)
-        seeded_rows = spark.read.schema(SNAPSHOT_DDL).parquet(*paths)
-        parts.append(seeded_rows.select(*SNAPSHOT_COLUMNS).withColumn("op", F.lit("r")))
+        bases.append(spark.read.schema(SNAPSHOT_DDL).parquet(*paths).select(*SNAPSHOT_COLUMNS))
     folder = store.new_snapshot_dir(newest)
-    _write(parts, store.spark_path("snapshots", folder), truncates)
+    _write(_latest(changed, bases, truncates), store.spark_path("snapshots", folder))
     store.publish(newest, {**done_seeds, **{s: r.generation for s, r in fresh.items()}}, folder)
     log.info(
         "snapshot at SCN %d published in %.1f s (%s%s)",
@@ -185,23 +183,50 @@ def _log_window(previous: int | None, fresh: dict[str, Seeded]) -> Column:
 SNAPSHOT_ROW_GROUP_BYTES = 16 << 20
 
 
-def _write(parts: list[Any], path: str, truncates: Any) -> None:
-    rows = parts[0]
-    for part in parts[1:]:
-        rows = rows.unionByName(part)
+def _latest(changed: Any, bases: list[Any], truncates: Any) -> Any:
+    """The newest row per key, deletes removed. Each base holds one row per key and the bases
+    hold disjoint sources, so only keys the log changed need ranking: the other base rows
+    pass through without the window's shuffle (a seed or an idle table is not re-sorted twice).
+    """
+    base = None
+    for part in bases:
+        base = part if base is None else base.unionByName(part)
     if truncates is not None:
-        rows = rows.join(F.broadcast(truncates), "source", "left").where(
-            F.col("_truncated").isNull() | (F.struct("scn", "seq") > F.col("_truncated"))
-        )
+        changed = _not_truncated(changed, truncates)
+        base = None if base is None else _not_truncated(base, truncates)
+    if changed is None:
+        return base
+    if base is None:
+        return _rank(changed)
+    touched = changed.select("source", "key").distinct()
+    untouched = base.join(touched, ["source", "key"], "left_anti")
+    contested = base.join(touched, ["source", "key"], "left_semi").withColumn("op", F.lit("r"))
+    return untouched.unionByName(_rank(contested.unionByName(changed)))
+
+
+def _not_truncated(rows: Any, truncates: Any) -> Any:
+    """Rows newer than their source's last TRUNCATE."""
+    kept = rows.join(F.broadcast(truncates), "source", "left").where(
+        F.col("_truncated").isNull() | (F.struct("scn", "seq") > F.col("_truncated"))
+    )
+    return kept.drop("_truncated")
+
+
+def _rank(rows: Any) -> Any:
     latest = Window.partitionBy("source", "key").orderBy(F.col("scn").desc(), F.col("seq").desc())
-    snapshot = (
+    return (
         rows.withColumn("_rank", F.row_number().over(latest))
         .where((F.col("_rank") == 1) & (F.col("op") != "d"))
         .select(*SNAPSHOT_COLUMNS)
     )
+
+
+def _write(snapshot: Any, path: str) -> None:
     (
         snapshot.repartition("source")
-        .sortWithinPartitions("key")
+        # (source, key), not key alone: the writer needs rows ordered by its partition column
+        # and would otherwise add its own sort by source, which drops the sort by key
+        .sortWithinPartitions("source", "key")
         .write.mode("overwrite")
         # small row groups: the server reads a snapshot a row group at a time
         .option("parquet.block.size", SNAPSHOT_ROW_GROUP_BYTES)
