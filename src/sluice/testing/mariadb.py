@@ -75,6 +75,8 @@ class PrivateMariaDB:
         if not (data / "mysql").exists():
             self._install(data)
         self.port = self.port or free_port()
+        tmp = self.base_dir / "tmp"  # its own: temp tables never meet another process's files
+        tmp.mkdir(parents=True, exist_ok=True)
         args = [
             _find("mariadbd"),
             "--no-defaults",
@@ -84,6 +86,7 @@ class PrivateMariaDB:
             "--bind-address=127.0.0.1",
             f"--socket={self.base_dir / 'mysqld.sock'}",
             f"--pid-file={self.base_dir / 'mysqld.pid'}",
+            f"--tmpdir={tmp}",
             f"--log-error={self.base_dir / 'error.log'}",
             f"--log-bin={data / 'binlog'}",
             "--server-id=1",
