@@ -144,11 +144,21 @@ class _Generator:
     def _long(self, i: int, style: str, convert: Callable[[int], Any]) -> list[str]:
         """A zigzag varint: a number, a bool, or a converter's text (dates, times)."""
         if style == "number":
+            # Inline up to three bytes (keys and counters up to 2**20), the function beyond.
+            value = (
+                f"v{i} = str((x >> 1) ^ -(x & 1))" if self.text else f"v{i} = (x >> 1) ^ -(x & 1)"
+            )
             as_text = f"; v{i} = str(v{i})" if self.text else ""
             return [
                 "b = data[pos]",
                 f"if b < 128: v{i} = _T1[b]; pos += 1",
-                f"else: v{i}, pos = _L(data, pos){as_text}",
+                "else:",
+                "    c = data[pos + 1]",
+                f"    if c < 128: x = b & 127 | c << 7; pos += 2; {value}",
+                "    else:",
+                "        d = data[pos + 2]",
+                f"        if d < 128: x = b & 127 | (c & 127) << 7 | d << 14; pos += 3; {value}",
+                f"        else: v{i}, pos = _L(data, pos){as_text}",
             ]
         if style == "bool":  # 0 or 1
             value = '("true" if x else "false")' if self.text else "x != 0"

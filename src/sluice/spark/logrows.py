@@ -59,7 +59,7 @@ class LogRows:
         self, name: bytes, version: int, codec_for: CodecLookup
     ) -> tuple[str, Callable[[bytes], str]]:
         source = name.decode()
-        found = self._lookups[(name, version)] = (source, codec_for(source, version).payload_key)
+        found = self._lookups[(name, version)] = (source, codec_for(source, version).key_reader())
         return found
 
     def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
@@ -68,25 +68,29 @@ class LogRows:
         sources, op_list, keys = self._sources, self._ops, self._keys
         versions, hashes, payloads = self._versions, self._hashes, self._payloads
         pos = _WS
+        # A window's events mostly share a table: its lookup is reused until the name changes.
+        last: tuple[bytes, int] | None = None
+        found: tuple[str, Callable[[bytes], str]] = ("", _no_key)
         for _ in range(header.n_events):
             size, key_hash, op, src_len, version = _HEADER(record, pos)
-            start = pos + _HS
-            name = record[start : start + src_len]
-            payload = record[start + src_len : pos + size]
+            start = pos + _HS + src_len
+            name = record[pos + _HS : start]
             if op not in ops or size < _HS + src_len:
                 raise DecodeError(f"corrupt event record in window {header.scn}", scn=header.scn)
-            found: tuple[str, Callable[[bytes], str]]
             if op == TRUNCATE:
-                found = (name.decode(), _no_key)
+                source, key = name.decode(), "null"
             else:
-                found = lookups.get((name, version)) or self._lookup(name, version, codec_for)
-            key = found[1](payload)
-            sources.append(found[0])
+                if last is None or name != last[0] or version != last[1]:
+                    last = (name, version)
+                    found = lookups.get(last) or self._lookup(name, version, codec_for)
+                source, read_key = found
+                key = read_key(record[start : pos + size])
+            sources.append(source)
             op_list.append(ops[op])
             keys.append(None if key == "null" else key)
             versions.append(version)
             hashes.append(key_hash)
-            payloads.append(payload)
+            payloads.append(record[start : pos + size])
             pos += size
         self._scns.append(header.scn)
         self._ts_ms.append(header.ts_ms)
