@@ -103,6 +103,24 @@ def test_stream_into_parquet_restart_and_partitions(
     assert _sink_events(spark, f"{parted}/data") == expected
 
 
+def test_scn_split_reads_the_log_whole(
+    relay_db: tuple[RelayThread, pymysql.Connection[Any]], spark: Any
+) -> None:
+    """``split=scn`` (what ``bootstrap run`` uses) cuts the range into runs of whole windows:
+    the same rows as one partition, sequence numbers included, and more than one part."""
+    relay, _conn = relay_db
+    options = {"relay": relay.url, "includeRaw": "true", "images": "false"}
+
+    def rows(**extra: str) -> Counter[tuple[Any, ...]]:
+        df = spark.read.format("sluice").options(**options, **extra).load()
+        return Counter(tuple(r) for r in df.drop("ts").collect())
+
+    whole = rows()
+    assert rows(partitions="3", split="scn") == whole
+    plan = spark.read.format("sluice").options(**options, partitions="3", split="scn").load()
+    assert plan.rdd.getNumPartitions() == 3
+
+
 def test_batch_read_generic_and_typed(
     relay_db: tuple[RelayThread, pymysql.Connection[Any]], spark: Any
 ) -> None:
@@ -181,6 +199,7 @@ def test_bad_options_are_clear(
         ({}, "needs option"),
         ({"relay": relay.url, "typed": "true"}, "typed=true needs exactly one source"),
         ({"relay": relay.url, "partitions": "0"}, "partitions must be a positive integer"),
+        ({"relay": relay.url, "split": "hash"}, "split must be key or scn"),
         ({"relay": relay.url, "startingScn": "soon"}, "not an SCN"),
     ]
     for options, message in cases:

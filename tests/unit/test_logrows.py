@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.core import wire
+from sluice.errors import DecodeError
 from sluice.schemas import Column, RowCodec, TableSchema
+from sluice.spark.logcols import Events
 from sluice.spark.logrows import LogRows
 from sluice.spark.rows import GenericRows
 
@@ -14,6 +18,9 @@ SCHEMAS = {
     ("db.a", 1): TableSchema("db.a", 1, (Column("id", "int", False, "int"),), ("id",)),
     ("db.a", 2): TableSchema(
         "db.a", 2, (Column("id", "int", False, "int"), Column("v", "string", True, "text")), ("id",)
+    ),
+    ("db.c", 1): TableSchema(  # an integer key that does not lead the row
+        "db.c", 1, (Column("v", "string", True, "text"), Column("id", "int", False, "int")), ("id",)
     ),
     ("db.b", 1): TableSchema(
         "db.b",
@@ -29,6 +36,7 @@ event = st.one_of(
     st.tuples(st.just(("db.a", 2)), st.sampled_from("cu"), st.integers(-(1 << 62), 1 << 62)),
     st.tuples(st.just(("db.b", 1)), st.sampled_from("cd"), st.integers(-300, 3_000_000)),
     st.tuples(st.just(("db.b", 1)), st.just("t"), st.just(0)),
+    st.tuples(st.just(("db.c", 1)), st.sampled_from("cud"), st.integers(-(1 << 62), 1 << 62)),
 )
 
 
@@ -36,14 +44,18 @@ def _raw(spec: tuple[tuple[str, int], str, int]) -> bytes:
     (source, version), op, n = spec
     if op == "t":
         return wire.encode_event(wire.RawEvent(source, "t", version, 0, b""))
-    row = {"db.a": [n] if version == 1 else [n, f"v{n}"], "db.b": [f"k{n}", n]}[source]
-    payload = CODECS[(source, version)].encode(
-        row if op == "d" else None, None if op == "d" else row
-    )
+    row = {
+        "db.a": [n] if version == 1 else [n, f"v{n}"],
+        "db.b": [f"k{n}", n],
+        "db.c": [f"v{n}", n],
+    }[source]
+    # an update of db.a carries both images (the key unchanged), as capture gives them
+    before = row if op == "d" or (op == "u" and source == "db.a") else None
+    payload = CODECS[(source, version)].encode(before, None if op == "d" else row)
     return wire.encode_event(wire.RawEvent(source, op, version, n & 0xFFFF, payload))  # type: ignore[arg-type]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(event, min_size=1, max_size=12), min_size=1, max_size=6))
 def test_fast_rows_equal_generic_rows(
     windows: list[list[tuple[tuple[str, int], str, int]]],
@@ -58,3 +70,28 @@ def test_fast_rows_equal_generic_rows(
             fast.add_window(record, lambda s, v: CODECS[(s, v)])
             generic.add_window(record, lambda s, v: CODECS[(s, v)])
         assert fast.batch().to_pylist() == generic.batch().to_pylist()
+
+
+def test_leading_integer_keys_are_read_vectorized() -> None:
+    """Inserts and deletes of a table keyed by a leading integer take the vectorized path,
+    extremes included; its keys equal the key reader's."""
+    values = [0, -1, 1, 63, -64, 64, 1 << 40, -(1 << 63), (1 << 63) - 1]
+    specs = [(("db.a", 1), op, n) for n in values for op in "cd"]
+    record = wire.encode_window(7, 6, 1_700_000_000_000, [_raw(s) for s in specs])
+    events = Events([record])
+    codec = CODECS[("db.a", 1)]
+    found = events._fast_keys(codec, np.arange(len(specs)))
+    assert found is not None
+    index, texts = found
+    assert index.tolist() == list(range(len(specs)))
+    assert texts.to_pylist() == [f'{{"id":{n}}}' for n in values for _op in "cd"]
+
+
+def test_a_corrupt_event_record_is_a_decode_error() -> None:
+    good = _raw((("db.a", 1), "c", 5))
+    bad_op = good[:8] + b"x" + good[9:]
+    too_long = (len(good) + 100).to_bytes(4, "little") + good[4:]
+    for event in (bad_op, too_long):
+        record = wire.encode_window(7, 6, 0, [event])
+        with pytest.raises(DecodeError, match="corrupt event record"):
+            Events([record])

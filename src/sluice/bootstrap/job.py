@@ -185,8 +185,10 @@ class BootstrapJob:
         stream = (
             spark.readStream.format("sluice")
             .options(**self._reader_options(start))
-            # One reader per core: each reads the key partition i/n of every window.
+            # One reader per core, each a run of whole windows (an SCN range): the relay sends
+            # its buffer as it is, without filtering every event by key for each reader.
             .option("partitions", str(max(1, spark.sparkContext.defaultParallelism)))
+            .option("split", "scn")
             .load()
             .withColumn("log_file", F.shiftright("scn", 32))
         )

@@ -98,6 +98,34 @@ class Fetcher:
         except BootstrapRequired:
             return get_json(self._bootstrap(), "/offsets", params)
 
+    def scn_cuts(self, start: int, end: int, parts: int) -> list[int] | None:
+        """SCNs cutting the windows of ``(start, end]`` into ``parts`` runs of about equal
+        events (whole windows), from a relay's buffer; None when no relay holds the range
+        (older than its buffer: the caller splits by key instead)."""
+        params = {"since_scn": str(start)}
+        if self.options.sources:
+            params["sources"] = ",".join(self.options.sources)
+        try:
+            total = int(self._relay_call("/offsets", params)["events"])
+            per, cuts, since = -(-total // parts), [], start
+            for _ in range(parts - 1):
+                scn = min(
+                    int(
+                        self._relay_call(
+                            "/offsets",
+                            {**params, "since_scn": str(since), "max_events": str(max(per, 1))},
+                        )["scn"]
+                    ),
+                    end,
+                )
+                if scn <= since or scn >= end:
+                    break
+                cuts.append(scn)
+                since = scn
+        except (BootstrapRequired, RelayUnavailable):
+            return None
+        return cuts
+
     # -- schemas -----------------------------------------------------------------------------
     def schema(self, source: str) -> TableSchema:
         versions = self._relay_call(schemas_path(source))["versions"]

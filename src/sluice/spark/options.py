@@ -33,6 +33,11 @@ class SourceOptions:
     # format=debezium: Debezium's envelope as (key, value) JSON columns, with its options
     # given as ``debezium.<name>`` (decimal.handling.mode...)
     debezium: tuple[tuple[str, str], ...] | None = None
+    # How a log range is cut into ``partitions``: "key" (each partition reads key partition
+    # i/n of every window: a key's events stay in one partition, in order) or "scn" (whole
+    # windows of consecutive SCN ranges, about equal in events: the relay sends its buffer's
+    # bytes as they are, with no per-event filtering; the bootstrap log uses it)
+    split: str = "key"
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
@@ -82,6 +87,9 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     debezium = _debezium(options)
     if debezium is not None and (typed or _flag(options, "includeraw")):
         raise ConfigError("format=debezium gives key and value columns: leave typed unset")
+    split = options.get("split", "key").strip().lower()
+    if split not in ("key", "scn"):
+        raise ConfigError(f"option split must be key or scn, got {split!r}")
     return SourceOptions(
         relays=relays,
         sources=sources,
@@ -99,6 +107,7 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
         images=options.get("images", "true").strip().lower() != "false",
         mark_gaps=_flag(options, "markgaps"),
         debezium=debezium,
+        split=split,
     )
 
 

@@ -254,6 +254,7 @@ def chunks(
     size: int = 8192,
 ) -> Iterable[Any]:
     """Arrow record batches (or, with ``arrow=False``, plain tuples) of the windows' events."""
+    size = getattr(rows, "batch_rows", size)
     for record in windows:
         rows.add_window(record, codec_for)
         if len(rows) >= size:

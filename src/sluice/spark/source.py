@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import pyarrow as pa
@@ -110,6 +111,11 @@ class _Reading:
 
     def _split(self, start: int, end: int, snapshot: bool = False) -> list[ScnRange]:
         n = self.options.partitions
+        if n > 1 and not snapshot and self.options.split == "scn":
+            cuts = self.fetcher.scn_cuts(start, end, n)
+            if cuts is not None:
+                bounds = [start, *cuts, end]
+                return [ScnRange(a, b, 0, 1) for a, b in pairwise(bounds)]
         return [ScnRange(start, end, i, n, snapshot) for i in range(n)]
 
     def _starting_offset(self) -> dict[str, Any]:
