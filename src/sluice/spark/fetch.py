@@ -102,22 +102,20 @@ class Fetcher:
         """SCNs cutting the windows of ``(start, end]`` into ``parts`` runs of about equal
         events (whole windows), from a relay's buffer; None when no relay holds the range
         (older than its buffer: the caller splits by key instead)."""
-        params = {"since_scn": str(start)}
-        if self.options.sources:
-            params["sources"] = ",".join(self.options.sources)
+        sources = {"sources": ",".join(self.options.sources)} if self.options.sources else {}
+
+        def after(since: int, events: int | None) -> dict[str, Any]:
+            limit = {"max_events": str(events)} if events else {}
+            return self._relay_call("/offsets", {"since_scn": str(since), **sources, **limit})
+
+        cuts: list[int] = []
         try:
-            total = int(self._relay_call("/offsets", params)["events"])
-            per, cuts, since = -(-total // parts), [], start
+            # A capped micro-batch is what /offsets found for the cap: count no further than
+            # it (a job far behind would otherwise have the relay count its whole buffer).
+            total = int(after(start, self.options.max_events)["events"])
+            since = start
             for _ in range(parts - 1):
-                scn = min(
-                    int(
-                        self._relay_call(
-                            "/offsets",
-                            {**params, "since_scn": str(since), "max_events": str(max(per, 1))},
-                        )["scn"]
-                    ),
-                    end,
-                )
+                scn = min(int(after(since, max(-(-total // parts), 1))["scn"]), end)
                 if scn <= since or scn >= end:
                     break
                 cuts.append(scn)
