@@ -1,4 +1,5 @@
-"""``sluice bootstrap run``: a Spark Structured Streaming job from the relay into the store."""
+"""``sluice bootstrap run``: the relay's events into the store's log (``logwriter.py``), folded
+into snapshot generations by Spark, and seeding (Spark) where asked."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from typing import Any
 
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F  # noqa: N812
 
 from sluice.bootstrap.fold import blocked_by_gaps, fold
+from sluice.bootstrap.logwriter import LogWriter
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.source import seed_jars
 from sluice.core.names import schemas_path
@@ -129,7 +130,7 @@ class BootstrapJob:
         self.store = BootstrapStore(config.store)
         self._spark = spark
         self._stop = threading.Event()
-        self.query: Any = None
+        self.log_writer: LogWriter | None = None
         self.error: BaseException | None = None
         self.seeded = config.seed is None  # True once its seed (if any) is published
         self._gap_warned = ""
@@ -139,6 +140,8 @@ class BootstrapJob:
 
     def _reader_options(self, start: int) -> dict[str, str]:
         return {
+            # one reader (the log writer's thread), reading each micro-batch whole
+            "partitions": "1",
             "relay": ",".join(self.config.relays),
             "sources": ",".join(self.config.sources),
             "startingScn": str(start),
@@ -179,40 +182,25 @@ class BootstrapJob:
     def _run(self) -> None:
         start = self._prepare()
         jars = seed_jars(self.config.seed) if self.config.seed else ()
+        # Spark folds and seeds; the log itself is written by the job's own thread.
         spark = self._spark or spark_session(self.config.master, quiet=self.config.quiet, jars=jars)
         register(spark)
         save_schemas(self.config.relays, self.config.sources, self.store)
-        stream = (
-            spark.readStream.format("sluice")
-            .options(**self._reader_options(start))
-            # One reader per core, each a run of whole windows (an SCN range): the relay sends
-            # its buffer as it is, without filtering every event by key for each reader.
-            .option("partitions", str(max(1, spark.sparkContext.defaultParallelism)))
-            .option("split", "scn")
-            .load()
-            .withColumn("log_file", F.shiftright("scn", 32))
+        self.log_writer = LogWriter(
+            self.store,
+            self._reader_options(start),
+            max_events=self.config.max_events_per_trigger,
+            trigger_s=self.config.trigger_s,
+            once=self.config.once,
         )
-        writer = (
-            stream.writeStream.format("parquet")
-            .partitionBy("source", "log_file")
-            .option("path", self.store.spark_path("log"))
-            .option("checkpointLocation", self.store.spark_path("checkpoints", "log"))
-        )
-        if self.config.once:
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=f"{self.config.trigger_s} seconds")
-        self.query = writer.start()
-        log.info(
-            "bootstrap job streaming %s into %s", ",".join(self.config.sources), self.store.uri
-        )
+        self.log_writer.start()
+        log.info("bootstrap job logging %s into %s", ",".join(self.config.sources), self.store.uri)
         try:
             if self.config.seed is not None:
                 self._seed(spark)
             self._loop(spark)
         finally:
-            if self.query.isActive:
-                self.query.stop()
+            self.log_writer.stop()
         save_schemas(self.config.relays, self.config.sources, self.store)
         self._seed_past_gaps(spark)
         fold(spark, self.store)
@@ -270,10 +258,11 @@ class BootstrapJob:
         self._seed_sources(spark, tuple(blocked))
 
     def _loop(self, spark: Any) -> None:
+        writer = self.log_writer
+        assert writer is not None
         if self.config.once:
-            self.query.awaitTermination()
-            return
-        while not self._stop.is_set() and self.query.isActive:
+            writer.wait()
+        while not self.config.once and not self._stop.is_set() and writer.is_active:
             if self._stop.wait(self.config.fold_every_s):
                 break
             try:
@@ -284,6 +273,7 @@ class BootstrapJob:
                 log.error("fold failed: %s; retrying at the next interval", exc)
             except Exception:
                 log.exception("fold failed; retrying at the next interval")
-        failure = self.query.exception()
+        failure = writer.error
         if failure is not None:
-            raise spark_failure("the bootstrap stream failed", failure)
+            detail = str(failure).strip().splitlines()[0] if str(failure).strip() else repr(failure)
+            raise SluiceError(f"the bootstrap log failed: {detail}") from failure

@@ -113,7 +113,7 @@ class StoreReader:
         with self._lock:
             if self._view is not None and self._view.files == files:
                 return self._view
-        ranges = {f: self._scn_range(f) for f in files}
+        ranges = {f: self.scn_range(f) for f in files}
         runs = _runs(ranges)
         max_scn = max([self.meta.log_start_scn, *(r.max_scn for r in runs)])
         gaps: list[Gap] = []
@@ -130,7 +130,7 @@ class StoreReader:
             self._ranges = {f: ranges[f] for f in files}
         return view
 
-    def _scn_range(self, path: str) -> tuple[int, int]:
+    def scn_range(self, path: str) -> tuple[int, int]:
         """A log file's lowest and highest SCN, from its footer's statistics (read once)."""
         with self._lock:
             known = self._ranges.get(path)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import random
 import shutil
 import statistics
@@ -143,12 +142,8 @@ def _start_bootstrap_job(
 
 def _job_reached(job: Any, scn: int) -> bool:
     """Whether the bootstrap job's last micro-batch ended at or after ``scn``."""
-    progress = job.query.lastProgress if job.query is not None else None
-    if not progress or not progress.get("sources"):
-        return False
-    end = progress["sources"][0].get("endOffset")
-    end = json.loads(end) if isinstance(end, str) else end
-    return bool(end) and int(end.get("scn", 0)) >= scn
+    writer = job.log_writer
+    return writer is not None and writer.end_scn is not None and writer.end_scn >= scn
 
 
 async def _late_consumer(

@@ -1,0 +1,254 @@
+"""The bootstrap log written by the job itself: relay windows straight into Parquet.
+
+Spark's own streaming sink cost as much JVM CPU per event as Spark's whole Parquet ->
+Parquet path, on top of the Python source that decodes the windows, so the log could not keep
+pace with Spark's own sources. Here one thread plans micro-batches with the ``sluice`` source's
+reader (the same offsets, cold reads and gap markers, no Spark session), builds each batch's
+columns (``spark/logcols.py``) and writes them with pyarrow, in the layout Spark's file sink
+writes: part files under ``source=S/log_file=F`` and their commit record in
+``_spark_metadata``. So Spark (the fold) and pyarrow (the bootstrap server) read the log as
+before, stores written by the Spark sink go on, and a part file counts only once its batch is
+committed there. A restart resumes after the highest SCN the committed files hold: windows
+after it that held no event of these sources are read again and give nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql.streaming.datasource import ReadMaxRows
+
+from sluice.bootstrap.reader import StoreReader, committed_files
+from sluice.bootstrap.store import BootstrapStore, partition_dir
+from sluice.spark.options import parse_options
+from sluice.spark.source import SluiceStreamReader
+
+log = logging.getLogger(__name__)
+COMPACT_INTERVAL = 10  # Spark's spark.sql.streaming.fileSink.log.compactInterval default
+_BLOCK_SIZE = 32 << 20
+_URI_SAFE = "/@!$&'()*+,;=:"  # what java.net.URI leaves as is in a path
+
+
+class SinkLog:
+    """``log/_spark_metadata``: which part files are committed, as Spark's file sink records
+    it (``v1`` then one JSON line per file). Batch N is written whole as ``N.compact`` when
+    ``(N + 1) % COMPACT_INTERVAL == 0``: Spark's reader of the log expects those files."""
+
+    def __init__(self, store: BootstrapStore) -> None:
+        self.store = store
+        self.dir = store.path("log", "_spark_metadata")
+
+    def last_batch(self) -> int:
+        infos = self.store.fs.get_file_info(pafs.FileSelector(self.dir, allow_not_found=True))
+        ids = [int(i.base_name.split(".")[0]) for i in infos if _is_batch(i.base_name)]
+        return max(ids, default=-1)
+
+    def commit(self, batch: int, files: list[dict[str, Any]]) -> None:
+        entries = files
+        if (batch + 1) % COMPACT_INTERVAL == 0:
+            entries = [*self._valid_entries(batch), *files]
+        name = f"{batch}.compact" if (batch + 1) % COMPACT_INTERVAL == 0 else str(batch)
+        body = "\n".join(["v1", *(json.dumps(e, separators=(",", ":")) for e in entries)])
+        target = f"{self.dir}/{name}"
+        tmp = f"{self.dir}/.{name}.{uuid.uuid4().hex}.tmp"
+        self.store.fs.create_dir(self.dir, recursive=True)
+        with self.store.fs.open_output_stream(tmp) as stream:
+            stream.write(body.encode())
+        self.store.fs.move(tmp, target)  # the commit: readers list the batch or they do not
+
+    def _valid_entries(self, batch: int) -> list[dict[str, Any]]:
+        """Every file added by the batches before ``batch`` (from the last compaction on)."""
+        start = max(0, (batch + 1) // COMPACT_INTERVAL * COMPACT_INTERVAL - COMPACT_INTERVAL - 1)
+        found: dict[str, dict[str, Any]] = {}
+        for n in range(start, batch):
+            name = f"{n}.compact" if (n + 1) % COMPACT_INTERVAL == 0 else str(n)
+            path = f"{self.dir}/{name}"
+            if self.store.fs.get_file_info(path).type == pafs.FileType.NotFound:
+                continue
+            with self.store.fs.open_input_stream(path) as stream:
+                for line in stream.read().decode().splitlines()[1:]:
+                    entry = json.loads(line)
+                    if entry.get("action", "add") == "add":
+                        found[entry["path"]] = entry
+                    else:
+                        found.pop(entry["path"], None)
+        return list(found.values())
+
+
+def _is_batch(name: str) -> bool:
+    return name.isdigit() or (
+        name.endswith(".compact") and name.split(".", maxsplit=1)[0].isdigit()
+    )
+
+
+class LogWriter:
+    """Start with ``start()``; ``stop()`` ends it after the batch it writes. ``error`` holds
+    what ended it otherwise; with ``once`` it ends when it has what the relay held at start."""
+
+    def __init__(
+        self,
+        store: BootstrapStore,
+        options: dict[str, str],
+        *,
+        max_events: int,
+        trigger_s: float,
+        once: bool,
+    ) -> None:
+        self.store = store
+        self.options = options
+        self.max_events = max_events
+        self.trigger_s = trigger_s
+        self.once = once
+        self.sink = SinkLog(store)
+        self.error: BaseException | None = None
+        self.end_scn: int | None = None  # where the last committed batch ends
+        self.batches = 0
+        self.events = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sluice-log-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.wait()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def is_active(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._stream()
+        except BaseException as exc:  # the job reports it (one line) and stops
+            self.error = exc
+
+    def _stream(self) -> None:
+        reader = SluiceStreamReader(parse_options(self.options), None)
+        offset = reader.initialOffset()
+        resume = self.resume_scn()
+        if resume is not None and resume > int(offset["scn"]):
+            offset = {"scn": resume, "phase": "log"}
+        self.end_scn = int(offset["scn"])  # the log holds every event up to here
+        if self.once:
+            reader.prepareForTriggerAvailableNow()
+        limit = ReadMaxRows(self.max_events)
+        batch = self.sink.last_batch() + 1
+        while not self._stop.is_set():
+            end = reader.latestOffset(offset, limit)
+            if int(end["scn"]) <= int(offset["scn"]):
+                if self.once:
+                    return
+                self._stop.wait(self.trigger_s)
+                continue
+            files: list[dict[str, Any]] = []
+            for index, part in enumerate(reader.partitions(offset, end)):
+                files += self._write(reader.read(part), batch, index)
+            self.sink.commit(batch, files)
+            batch += 1
+            self.batches += 1
+            offset = {"scn": int(end["scn"]), "phase": "log"}
+            self.end_scn = int(end["scn"])
+
+    def resume_scn(self) -> int | None:
+        """The highest SCN the committed log holds (None: nothing committed yet)."""
+        if not self.store.has_log():
+            return None
+        files = committed_files(self.store)
+        if not files:
+            return None
+        reader = StoreReader(self.store)
+        return max(reader.scn_range(f)[1] for f in files)
+
+    def _write(
+        self, batches: Iterable[pa.RecordBatch], batch: int, part: int
+    ) -> list[dict[str, Any]]:
+        """One part file per (source, log_file) of a partition's events."""
+        writers: dict[tuple[str, int], tuple[str, pq.ParquetWriter]] = {}
+        try:
+            for record in batches:
+                if not record.num_rows:
+                    continue
+                self.events += record.num_rows
+                for (source, log_file), rows in _groups(record):
+                    key = (source, log_file)
+                    if key not in writers:
+                        writers[key] = self._open(source, log_file, batch, part, rows.schema)
+                    writers[key][1].write_batch(rows)
+        finally:
+            for _path, writer in writers.values():
+                writer.close()
+        return [self._entry(path) for path, _writer in writers.values()]
+
+    def _open(
+        self, source: str, log_file: int, batch: int, part: int, schema: pa.Schema
+    ) -> tuple[str, pq.ParquetWriter]:
+        folder = self.store.path(
+            "log", partition_dir("source", source), partition_dir("log_file", str(log_file))
+        )
+        self.store.fs.create_dir(folder, recursive=True)
+        path = f"{folder}/part-{batch:05d}-{part:03d}-{uuid.uuid4().hex}.c000.snappy.parquet"
+        # INT96 timestamps, as Spark's sink writes them: one type across the log's files
+        writer = pq.ParquetWriter(
+            path,
+            schema,
+            filesystem=self.store.fs,
+            compression="snappy",
+            use_deprecated_int96_timestamps=True,
+        )
+        return path, writer
+
+    def _entry(self, path: str) -> dict[str, Any]:
+        info = self.store.fs.get_file_info(path)
+        uri = self.store.spark_path(path.removeprefix(self.store.root).lstrip("/"))
+        scheme, _, rest = uri.rpartition("://") if "://" in uri else ("file", "", uri)
+        host, _, local = rest.partition("/") if scheme != "file" else ("", "", rest.lstrip("/"))
+        return {
+            # a URI, as Spark's sink records it: a source name may hold `, %, # or spaces
+            "path": f"{scheme}://{host}/{quote(local, safe=_URI_SAFE)}",
+            "size": info.size,
+            "isDir": False,
+            "modificationTime": int(info.mtime.timestamp() * 1000) if info.mtime else 0,
+            "blockReplication": 1,
+            "blockSize": _BLOCK_SIZE,
+            "action": "add",
+        }
+
+
+def _groups(record: pa.RecordBatch) -> Iterable[tuple[tuple[str, int], pa.RecordBatch]]:
+    """A batch's rows by (source, log_file), without the two partition columns."""
+    scn = record.column("scn")
+    sources = record.column("source")
+    log_files = pc.shift_right(scn, 32)
+    rest = record.drop_columns(["source"])
+    first_source, first_file = sources[0].as_py(), log_files[0].as_py()
+    if (
+        pc.all(pc.equal(sources, first_source)).as_py()
+        and pc.all(pc.equal(log_files, first_file)).as_py()
+    ):
+        yield (first_source, first_file), rest  # the usual case: one table, one binlog file
+        return
+    encoded = sources.dictionary_encode()
+    names = encoded.dictionary.to_pylist()
+    files = log_files.to_numpy()
+    group = files * len(names) + encoded.indices.to_numpy().astype(np.int64)
+    for code in np.unique(group):
+        mask = pa.array(group == code)
+        yield (names[int(code) % len(names)], int(code) // len(names)), rest.filter(mask)

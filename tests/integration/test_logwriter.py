@@ -1,0 +1,128 @@
+"""The bootstrap log's own writer: Spark's file-sink layout that Spark and pyarrow both read,
+across compactions of its commit record, resumed without repeats or holes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from sluice.bootstrap.fold import read_log
+from sluice.bootstrap.logwriter import COMPACT_INTERVAL, LogWriter, SinkLog
+from sluice.bootstrap.reader import StoreReader, committed_files
+from sluice.bootstrap.store import BootstrapStore
+from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread, key_text
+from tests.integration.support import consume, get_json, relay_config, wait_relay_caught_up
+
+SOURCES = ("lw.kv", "lw.other")
+
+
+@pytest.fixture(scope="module")
+def relay(
+    mariadb: PrivateMariaDB, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[RelayThread, pymysql.Connection[Any]]]:
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute("CREATE DATABASE lw")
+        cur.execute("CREATE TABLE lw.kv (k INT PRIMARY KEY, v VARCHAR(40))")
+        cur.execute("CREATE TABLE lw.other (name VARCHAR(20) PRIMARY KEY, n INT)")
+    admin.close()
+    conn = mariadb.connect("lw")
+    config = relay_config(mariadb, list(SOURCES), tmp_path_factory.mktemp("lw") / "data")
+    with RelayThread(config) as service:
+        yield service, conn
+    conn.close()
+
+
+def _work(conn: pymysql.Connection[Any], start: int, count: int) -> None:
+    with conn.cursor() as cur:
+        for k in range(start, start + count):
+            cur.execute("BEGIN")
+            cur.execute("INSERT INTO kv VALUES (%s, %s)", (k, f"v{k}"))
+            cur.execute("REPLACE INTO other VALUES (%s, %s)", (f"n{k % 5}", k))
+            cur.execute("COMMIT")
+        cur.execute("DELETE FROM kv WHERE k %% 9 = 0 AND k >= %s", (start,))
+
+
+def _writer(store: BootstrapStore, relay_url: str, start: int) -> LogWriter:
+    options = {
+        "relay": relay_url,
+        "sources": ",".join(SOURCES),
+        "startingScn": str(start),
+        "includeRaw": "true",
+        "images": "false",
+        "partitions": "1",
+    }
+    return LogWriter(store, options, max_events=40, trigger_s=0.2, once=True)
+
+
+def _run(writer: LogWriter) -> None:
+    writer.start()
+    writer.wait(120)
+    assert not writer.is_active, "the log writer did not finish"
+    assert writer.error is None, writer.error
+
+
+def _relay_events(url: str, after: int) -> Counter[tuple[Any, ...]]:
+    recorder = RecordingConsumer()
+    consume(url, recorder)
+    return Counter(
+        (e.scn, e.source, e.op, key_text(e.key)) for e in recorder.events if e.scn > after
+    )
+
+
+def test_the_log_is_read_alike_by_spark_and_pyarrow_and_resumes_exactly(
+    relay: tuple[RelayThread, pymysql.Connection[Any]], spark: Any, tmp_path: Path
+) -> None:
+    service, conn = relay
+    start = int(get_json(f"{service.url}/stats")["max_scn"])
+    store = BootstrapStore(str(tmp_path / "store"))
+    store.create(start, SOURCES, new_source_start=start)
+    _work(conn, 0, 300)
+    wait_relay_caught_up(service.url, conn)
+
+    first = _writer(store, service.url, start)
+    _run(first)
+    # 40 events a batch: more than COMPACT_INTERVAL batches, so Spark's reader of the commit
+    # record has to find the writer's compactions
+    assert first.batches > COMPACT_INTERVAL
+    sink = store.path("log", "_spark_metadata")
+    assert Path(sink, f"{COMPACT_INTERVAL - 1}.compact").is_file()
+    assert _log_events(spark, store) == _relay_events(service.url, start)
+
+    # A part file left by a writer killed before its commit is not part of the log.
+    stray = Path(committed_files(store)[0]).with_name("part-99999-000-stray.parquet")
+    stray.write_bytes(Path(committed_files(store)[0]).read_bytes())
+    assert str(stray) not in committed_files(store)
+
+    # Nothing new: a second writer resumes where the log ends and commits no batch.
+    again = _writer(store, service.url, start)
+    resumed = again.resume_scn()
+    _run(again)
+    assert again.batches == 0 and again.end_scn == resumed
+
+    _work(conn, 1000, 120)
+    wait_relay_caught_up(service.url, conn)
+    third = _writer(store, service.url, start)
+    _run(third)
+    assert third.batches > 0
+    expected = _relay_events(service.url, start)
+    assert _log_events(spark, store) == expected
+    # the bootstrap server's reader sees the same committed files and SCN ranges
+    view = StoreReader(store).view()
+    assert view.files == committed_files(store)
+    assert view.max_scn == max(scn for scn, *_ in expected)
+    assert SinkLog(store).last_batch() == first.batches + third.batches - 1
+
+
+def _log_events(spark: Any, store: BootstrapStore) -> Counter[tuple[Any, ...]]:
+    rows = read_log(spark, store).select("scn", "source", "op", "key").collect()
+    return Counter(
+        (r["scn"], r["source"], r["op"], key_text(json.loads(r["key"]) if r["key"] else None))
+        for r in rows
+    )
