@@ -354,9 +354,16 @@ def render() -> str:
                     *(
                         [
                             (
-                                "relay -> bootstrap log (what `run` stores: payload + key)",
+                                "relay -> bootstrap log (`run`'s log writer: payload + key, "
+                                "one batch)",
                                 f"{_n(pq['bootstrap_log_events_per_s'])} events/s "
-                                f"({pq['bootstrap_log_vs_spark_parquet']}x Spark's Parquet)",
+                                f"({pq['bootstrap_log_vs_spark_parquet']}x Spark's Parquet "
+                                "-> Parquet of the same rows"
+                                + (
+                                    f", {_n(pq['spark_parquet_log_events_per_s'])} events/s)"
+                                    if "spark_parquet_log_events_per_s" in pq
+                                    else ")"
+                                ),
                             )
                         ]
                         if "bootstrap_log_events_per_s" in pq
@@ -365,7 +372,7 @@ def render() -> str:
                     *(
                         [
                             (
-                                "relay -> bootstrap log, steady (micro-batches of 250,000 after "
+                                "relay -> bootstrap log, steady (batches of 250,000 after "
                                 "the first)",
                                 f"{_n(pq['bootstrap_log_steady_events_per_s'])} events/s "
                                 f"(Spark's Parquet source alike: "

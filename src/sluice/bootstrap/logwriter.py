@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
@@ -115,6 +117,8 @@ class LogWriter:
         self.end_scn: int | None = None  # where the last committed batch ends
         self.batches = 0
         self.events = 0
+        # (events, seconds) of the latest batches: progress and benchmarks (bounded)
+        self.timings: deque[tuple[int, float]] = deque(maxlen=1000)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -158,6 +162,7 @@ class LogWriter:
                     return
                 self._stop.wait(self.trigger_s)
                 continue
+            began, events = time.perf_counter(), self.events
             files: list[dict[str, Any]] = []
             for index, part in enumerate(reader.partitions(offset, end)):
                 files += self._write(reader.read(part), batch, index)
@@ -166,6 +171,7 @@ class LogWriter:
             self.batches += 1
             offset = {"scn": int(end["scn"]), "phase": "log"}
             self.end_scn = int(end["scn"])
+            self.timings.append((self.events - events, time.perf_counter() - began))
 
     def resume_scn(self) -> int | None:
         """The highest SCN the committed log holds (None: nothing committed yet)."""

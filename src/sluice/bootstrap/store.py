@@ -1,9 +1,10 @@
 """The bootstrap store's layout, on any filesystem pyarrow understands (local path or URI).
 
 STORE/sluice-store.json      marker + where the log starts (log_start_scn)
-STORE/log/                   the change log: Parquet written by Spark's file sink,
+STORE/log/                   the change log: Parquet in Spark's file-sink layout (written by
+                             bootstrap/logwriter.py, committed in log/_spark_metadata),
                              partitioned by source and log_file (= SCN >> 32)
-STORE/checkpoints/log/       the Spark streaming query's checkpoint
+STORE/checkpoints/log/       stores made before the log writer: the Spark query's checkpoint
 STORE/snapshots/scn=N/       one snapshot generation, consistent at SCN N for every source,
                              partitioned by source
 STORE/snapshots/CURRENT      {"scn": N}: the published generation (replaced atomically)
