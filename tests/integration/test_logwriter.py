@@ -16,8 +16,14 @@ from sluice.bootstrap.fold import read_log
 from sluice.bootstrap.logwriter import COMPACT_INTERVAL, LogWriter, SinkLog
 from sluice.bootstrap.reader import StoreReader, committed_files
 from sluice.bootstrap.store import BootstrapStore
-from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread, key_text
-from tests.integration.support import consume, get_json, relay_config, wait_relay_caught_up
+from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread, free_port, key_text
+from tests.integration.support import (
+    consume,
+    get_json,
+    relay_config,
+    wait_for,
+    wait_relay_caught_up,
+)
 
 SOURCES = ("lw.kv", "lw.other")
 
@@ -49,7 +55,7 @@ def _work(conn: pymysql.Connection[Any], start: int, count: int) -> None:
         cur.execute("DELETE FROM kv WHERE k %% 9 = 0 AND k >= %s", (start,))
 
 
-def _writer(store: BootstrapStore, relay_url: str, start: int) -> LogWriter:
+def _writer(store: BootstrapStore, relay_url: str, start: int, *, once: bool = True) -> LogWriter:
     options = {
         "relay": relay_url,
         "sources": ",".join(SOURCES),
@@ -58,7 +64,7 @@ def _writer(store: BootstrapStore, relay_url: str, start: int) -> LogWriter:
         "images": "false",
         "partitions": "1",
     }
-    return LogWriter(store, options, max_events=40, trigger_s=0.2, once=True)
+    return LogWriter(store, options, max_events=40, trigger_s=0.1, once=once)
 
 
 def _run(writer: LogWriter) -> None:
@@ -126,3 +132,65 @@ def _log_events(spark: Any, store: BootstrapStore) -> Counter[tuple[Any, ...]]:
         (r["scn"], r["source"], r["op"], key_text(json.loads(r["key"]) if r["key"] else None))
         for r in rows
     )
+
+
+def test_a_relay_restart_does_not_end_the_log(
+    mariadb: PrivateMariaDB, spark: Any, tmp_path: Path
+) -> None:
+    """The relay goes away while the writer runs and comes back on the same port: the writer
+    waits (saying why), goes on where its log ended, and the log is still exact."""
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute("CREATE DATABASE lw_restart")
+        cur.execute("CREATE TABLE lw_restart.kv (k INT PRIMARY KEY, v VARCHAR(40))")
+    admin.close()
+    conn = mariadb.connect("lw_restart")
+    config = relay_config(mariadb, ["lw_restart.kv"], tmp_path / "relay").model_copy(
+        update={"port": free_port()}
+    )
+    url = f"http://127.0.0.1:{config.port}"
+
+    def work(start: int, count: int) -> None:
+        with conn.cursor() as cur:
+            for k in range(start, start + count):
+                cur.execute("INSERT INTO kv VALUES (%s, %s)", (k, f"v{k}"))
+            cur.execute("DELETE FROM kv WHERE k %% 7 = 0 AND k >= %s", (start,))
+
+    def caught_up() -> None:
+        wait_relay_caught_up(url, conn)
+        newest = int(get_json(f"{url}/stats")["max_scn"])
+        wait_for(lambda: (writer.end_scn or 0) >= newest, what=f"the log to reach SCN {newest}")
+
+    store = BootstrapStore(str(tmp_path / "store"))
+    relay = RelayThread(config).start()
+    start = int(get_json(f"{url}/stats")["max_scn"])
+    store.create(start, ("lw_restart.kv",), new_source_start=start)
+    options = {
+        "relay": url,
+        "sources": "lw_restart.kv",
+        "startingScn": str(start),
+        "includeRaw": "true",
+        "images": "false",
+        "partitions": "1",
+    }
+    writer = LogWriter(store, options, max_events=40, trigger_s=0.1, once=False)
+    writer.start()
+    try:
+        work(0, 100)
+        caught_up()
+        relay.stop()  # the database goes on while the relay is away
+        wait_for(lambda: writer.failing is not None, what="the writer to see the relay gone")
+        assert writer.is_active and writer.error is None
+        work(500, 100)
+        relay = RelayThread(config).start()
+        caught_up()
+        assert writer.failing is None and writer.error is None
+        expected = _relay_events(url, start)
+    finally:
+        writer.stop()
+        relay.stop()
+        conn.close()
+    assert _log_events(spark, store) == expected
+    # no part file is left behind by the batches the restart cut short
+    written = {str(p) for p in Path(store.path("log")).rglob("*.parquet")}
+    assert written == set(committed_files(store))

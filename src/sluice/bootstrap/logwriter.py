@@ -14,6 +14,7 @@ after it that held no event of these sources are read again and give nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -33,12 +34,14 @@ from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from sluice.bootstrap.reader import StoreReader, committed_files
 from sluice.bootstrap.store import BootstrapStore, partition_dir
+from sluice.errors import RelayUnavailable
 from sluice.spark.options import parse_options
 from sluice.spark.source import SluiceStreamReader
 
 log = logging.getLogger(__name__)
 COMPACT_INTERVAL = 10  # Spark's spark.sql.streaming.fileSink.log.compactInterval default
 _BLOCK_SIZE = 32 << 20
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0  # backoff while the relay is unreachable
 _URI_SAFE = "/@!$&'()*+,;=:"  # what java.net.URI leaves as is in a path
 
 
@@ -96,7 +99,9 @@ def _is_batch(name: str) -> bool:
 
 class LogWriter:
     """Start with ``start()``; ``stop()`` ends it after the batch it writes. ``error`` holds
-    what ended it otherwise; with ``once`` it ends when it has what the relay held at start."""
+    what ended it otherwise; with ``once`` it ends when it has what the relay held at start.
+    An unreachable relay (restarted, a network cut) does not end a continuous writer: it
+    retries with backoff (``failing`` says why meanwhile) and goes on where its log ends."""
 
     def __init__(
         self,
@@ -119,6 +124,9 @@ class LogWriter:
         self.events = 0
         # (events, seconds) of the latest batches: progress and benchmarks (bounded)
         self.timings: deque[tuple[int, float]] = deque(maxlen=1000)
+        self.failing: str | None = None  # why the relay cannot be read now (None: it can)
+        self._delay = RETRY_FIRST_S
+        self._pending: list[str] = []  # part files of the batch being written
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -156,22 +164,74 @@ class LogWriter:
         limit = ReadMaxRows(self.max_events)
         batch = self.sink.last_batch() + 1
         while not self._stop.is_set():
-            end = reader.latestOffset(offset, limit)
-            if int(end["scn"]) <= int(offset["scn"]):
+            try:
+                end = self._batch(reader, offset, limit, batch)
+            except RelayUnavailable as exc:
+                if self.once:
+                    raise  # a one-shot run reports it; the next run resumes
+                self._unreachable(exc)
+                continue
+            if end is None:
                 if self.once:
                     return
                 self._stop.wait(self.trigger_s)
                 continue
-            began, events = time.perf_counter(), self.events
-            files: list[dict[str, Any]] = []
+            offset, batch = end, batch + 1
+
+    def _batch(
+        self, reader: SluiceStreamReader, offset: dict[str, Any], limit: ReadMaxRows, batch: int
+    ) -> dict[str, Any] | None:
+        """Write and commit the next batch; its end offset (None: nothing new)."""
+        end = reader.latestOffset(offset, limit)
+        if int(end["scn"]) <= int(offset["scn"]):
+            self._reachable()
+            return None
+        began, events = time.perf_counter(), self.events
+        self._pending = []
+        files: list[dict[str, Any]] = []
+        try:
             for index, part in enumerate(reader.partitions(offset, end)):
                 files += self._write(reader.read(part), batch, index)
-            self.sink.commit(batch, files)
-            batch += 1
-            self.batches += 1
-            offset = {"scn": int(end["scn"]), "phase": "log"}
-            self.end_scn = int(end["scn"])
-            self.timings.append((self.events - events, time.perf_counter() - began))
+        except BaseException:
+            self.events = events
+            self._discard()
+            raise
+        self.sink.commit(batch, files)
+        self.batches += 1
+        self.end_scn = int(end["scn"])
+        self.timings.append((self.events - events, time.perf_counter() - began))
+        self._reachable()
+        return {"scn": int(end["scn"]), "phase": "log"}
+
+    def _discard(self) -> None:
+        """Remove the part files of a batch that will not be committed (readers ignore them
+        anyway; this keeps the folder clean)."""
+        for path in self._pending:
+            with contextlib.suppress(OSError):
+                self.store.fs.delete_file(path)
+        self._pending = []
+
+    def _unreachable(self, exc: RelayUnavailable) -> None:
+        """A relay restart or a network cut: wait and read the batch again, with backoff."""
+        if self.failing is None:
+            log.warning(
+                "the bootstrap log waits for the relay (%s); retrying every %.0f s at most, "
+                "from SCN %s",
+                exc,
+                RETRY_MAX_S,
+                self.end_scn,
+            )
+        self.failing = str(exc)
+        self._stop.wait(self._delay)
+        self._delay = min(self._delay * 2, RETRY_MAX_S)
+
+    def _reachable(self) -> None:
+        if self.failing is not None:
+            log.warning(
+                "the relay answers again: the bootstrap log goes on after SCN %s", self.end_scn
+            )
+        self.failing = None
+        self._delay = RETRY_FIRST_S
 
     def resume_scn(self) -> int | None:
         """The highest SCN the committed log holds (None: nothing committed yet)."""
@@ -197,6 +257,7 @@ class LogWriter:
                     key = (source, log_file)
                     if key not in writers:
                         writers[key] = self._open(source, log_file, batch, part, rows.schema)
+                    self._pending.append(writers[key][0])
                     writers[key][1].write_batch(rows)
         finally:
             for _path, writer in writers.values():

@@ -171,7 +171,9 @@ class Fetcher:
                 )
                 if frame_scn > end:
                     return
-                if not isinstance(frame, Heartbeat):
+                # A relay that failed mid-stream is followed by the next one from ``since``
+                # again: windows already given are skipped, never given twice.
+                if not isinstance(frame, Heartbeat) and frame_scn > scn:
                     yield frame
                 if frame_scn > scn:
                     scn, progressed = frame_scn, True
