@@ -222,11 +222,14 @@ def _rank(rows: Any) -> Any:
 
 
 def _write(snapshot: Any, path: str) -> None:
+    """Each task writes its rows sorted by (source, key), without a shuffle: rows that pass
+    through (a seed, the previous generation) stay in the tasks that read them, so a big
+    table is written by every core, not by one task per source. A source's files are each
+    in key order; the files, in name order, give every row a stable position."""
     (
-        snapshot.repartition("source")
         # (source, key), not key alone: the writer needs rows ordered by its partition column
         # and would otherwise add its own sort by source, which drops the sort by key
-        .sortWithinPartitions("source", "key")
+        snapshot.sortWithinPartitions("source", "key")
         .write.mode("overwrite")
         # small row groups: the server reads a snapshot a row group at a time
         .option("parquet.block.size", SNAPSHOT_ROW_GROUP_BYTES)
