@@ -37,6 +37,18 @@ def relay_config(
     return RelayConfig(source=db.url, tables=tables, data_dir=data_dir, port=0, **extra)
 
 
+def create_database(db: PrivateMariaDB, name: str, *tables: str) -> pymysql.Connection[Any]:
+    """A new database with ``tables`` (``CREATE TABLE`` bodies: "kv (k INT PRIMARY KEY)"),
+    and a connection to it."""
+    admin = db.connect()
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+        for table in tables:
+            cur.execute(f"CREATE TABLE {name}.{table}")
+    admin.close()
+    return db.connect(name)
+
+
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=30) as resp:
         return json.loads(resp.read())

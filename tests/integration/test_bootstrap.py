@@ -28,6 +28,7 @@ from sluice.testing.truth import table_rows
 from tests.integration.support import (
     assert_replica_equals,
     consume,
+    create_database,
     get_json,
     http_status,
     relay_config,
@@ -60,12 +61,7 @@ def _batch(conn: pymysql.Connection[Any], start: int, count: int) -> None:
 
 @pytest.fixture(scope="module")
 def source_conn(mariadb: PrivateMariaDB) -> Iterator[pymysql.Connection[Any]]:
-    admin = mariadb.connect()
-    with admin.cursor() as cur:
-        cur.execute("CREATE DATABASE boot")
-        cur.execute("CREATE TABLE boot.kv (k INT PRIMARY KEY, body VARCHAR(400), grp INT)")
-    admin.close()
-    conn = mariadb.connect("boot")
+    conn = create_database(mariadb, "boot", "kv (k INT PRIMARY KEY, body VARCHAR(400), grp INT)")
     yield conn
     conn.close()
 

@@ -19,6 +19,7 @@ from sluice.bootstrap.store import BootstrapStore
 from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread, free_port, key_text
 from tests.integration.support import (
     consume,
+    create_database,
     get_json,
     relay_config,
     wait_for,
@@ -32,13 +33,12 @@ SOURCES = ("lw.kv", "lw.other")
 def relay(
     mariadb: PrivateMariaDB, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[RelayThread, pymysql.Connection[Any]]]:
-    admin = mariadb.connect()
-    with admin.cursor() as cur:
-        cur.execute("CREATE DATABASE lw")
-        cur.execute("CREATE TABLE lw.kv (k INT PRIMARY KEY, v VARCHAR(40))")
-        cur.execute("CREATE TABLE lw.other (name VARCHAR(20) PRIMARY KEY, n INT)")
-    admin.close()
-    conn = mariadb.connect("lw")
+    conn = create_database(
+        mariadb,
+        "lw",
+        "kv (k INT PRIMARY KEY, v VARCHAR(40))",
+        "other (name VARCHAR(20) PRIMARY KEY, n INT)",
+    )
     config = relay_config(mariadb, list(SOURCES), tmp_path_factory.mktemp("lw") / "data")
     with RelayThread(config) as service:
         yield service, conn
@@ -139,12 +139,7 @@ def test_a_relay_restart_does_not_end_the_log(
 ) -> None:
     """The relay goes away while the writer runs and comes back on the same port: the writer
     waits (saying why), goes on where its log ended, and the log is still exact."""
-    admin = mariadb.connect()
-    with admin.cursor() as cur:
-        cur.execute("CREATE DATABASE lw_restart")
-        cur.execute("CREATE TABLE lw_restart.kv (k INT PRIMARY KEY, v VARCHAR(40))")
-    admin.close()
-    conn = mariadb.connect("lw_restart")
+    conn = create_database(mariadb, "lw_restart", "kv (k INT PRIMARY KEY, v VARCHAR(40))")
     config = relay_config(mariadb, ["lw_restart.kv"], tmp_path / "relay").model_copy(
         update={"port": free_port()}
     )

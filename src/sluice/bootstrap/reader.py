@@ -241,8 +241,8 @@ class StoreReader:
         per_window: int = 500,
         folder: str | None = None,
     ) -> Iterator[bytes | wire.Heartbeat]:
-        """``r`` events of the snapshot source by source (each file in key order); a heartbeat when complete.
-        Each window's ``prev_scn`` is the cursor to resume after it (``after``)."""
+        """``r`` events of the snapshot source by source (each file in key order); a heartbeat
+        when complete. Each window's ``prev_scn`` is the cursor to resume after it (``after``)."""
         folder = folder or self.store.snapshot_dir(scn)
         sent = 0
         for source in sorted(sources):
