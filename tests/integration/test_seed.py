@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -233,6 +234,12 @@ def test_reseeding_one_table_replaces_its_rows_only(
     assert after is not None and report.snapshot_scn == after["scn"] == before["scn"]
     assert after["dir"] != before["dir"]
     assert store.snapshot_dir(after["scn"]).endswith(after["dir"])
+    # No change followed the seed: its chunk files became the generation's files as they are.
+    files = sorted(Path(store.path("snapshots", after["dir"], f"source={orders}")).iterdir())
+    assert [f.name for f in files] == [
+        f"seed-{report.seeded[0].generation:05d}-chunk-{i:05d}.parquet"
+        for i in range(report.seeded[0].chunks)
+    ]
     assert after["seeds"] == {**before["seeds"], orders: before["seeds"][orders] + 1}
     with conn.cursor() as cur:  # then the log moves on: an ordinary incremental fold
         cur.execute("DELETE FROM orders WHERE region = 'eu' AND num < 100")

@@ -27,7 +27,7 @@ from pyspark.sql import Column, Window
 from pyspark.sql import functions as F  # noqa: N812
 
 from sluice.bootstrap.seed.records import Seeded, SeedRecords
-from sluice.bootstrap.store import BootstrapStore, Gap, StoreMeta, gaps_after
+from sluice.bootstrap.store import BootstrapStore, Gap, StoreMeta, gaps_after, partition_dir
 from sluice.errors import ConfigError
 from sluice.spark.rows import GENERIC_DDL, RAW_DDL
 
@@ -129,6 +129,7 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
     if changes is None and not fresh and previous is None:
         return None
     changed = truncates = None
+    adopted = dict(fresh)
     if changes is not None:
         in_range = changes.where((F.col("scn") <= newest) & _log_window(previous, fresh))
         changed = in_range.where(F.col("key").isNotNull()).select(*SNAPSHOT_COLUMNS, "op")
@@ -138,6 +139,7 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
             .groupBy("source")
             .agg(F.max(F.struct("scn", "seq")).alias("_truncated"))
         )
+        adopted = _quiet(in_range, fresh)
     bases = []  # rows already one per key: the previous generation's and fresh seeds'
     if previous is not None:
         base = spark.read.schema(SNAPSHOT_DDL).parquet(
@@ -147,11 +149,16 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
             base = base.where(~F.col("source").isin(list(fresh)))
         bases.append(base.select(*SNAPSHOT_COLUMNS))
     records = SeedRecords(store)
-    for seeded in fresh.values():
-        paths = records.chunk_paths(seeded)
-        bases.append(spark.read.schema(SNAPSHOT_DDL).parquet(*paths).select(*SNAPSHOT_COLUMNS))
+    for source, seeded in fresh.items():
+        if source not in adopted:
+            paths = records.chunk_paths(seeded)
+            bases.append(spark.read.schema(SNAPSHOT_DDL).parquet(*paths).select(*SNAPSHOT_COLUMNS))
     folder = store.new_snapshot_dir(newest)
-    _write(_latest(changed, bases, truncates), store.spark_path("snapshots", folder))
+    rows = _latest(changed, bases, truncates)
+    if rows is not None:
+        _write(rows, store.spark_path("snapshots", folder))
+    for seeded in adopted.values():
+        _adopt(store, records, seeded, folder)
     store.publish(newest, {**done_seeds, **{s: r.generation for s, r in fresh.items()}}, folder)
     log.info(
         "snapshot at SCN %d published in %.1f s (%s%s)",
@@ -161,6 +168,29 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
         f"; seeded: {', '.join(sorted(fresh))}" if fresh else "",
     )
     return int(newest)
+
+
+def _quiet(in_range: Any, fresh: dict[str, Seeded]) -> dict[str, Seeded]:
+    """The fresh seeds whose source has no logged event (change, TRUNCATE) after its oldest
+    chunk: their rows are the newest there is, and their chunk files (disjoint key ranges,
+    one row per key) are taken into the generation as they are, not read and rewritten."""
+    if not fresh:
+        return {}
+    logged = in_range.where(F.col("source").isin(list(fresh))).select("source").distinct()
+    touched = {r[0] for r in logged.collect()}
+    return {s: r for s, r in fresh.items() if s not in touched}
+
+
+def _adopt(store: BootstrapStore, records: SeedRecords, seeded: Seeded, folder: str) -> None:
+    """Copy a seed's chunk files into the generation's folder of its source, in chunk order
+    (primary-key order: a row's position counts across the files in name order). Readers
+    take ``source`` from the folder, as for the files Spark writes."""
+    target = ("snapshots", folder, partition_dir("source", seeded.source))
+    store.fs.create_dir(store.path(*target))
+    for index in range(seeded.chunks):
+        chunk = store.path(*records.chunk_file(seeded.source, seeded.generation, index))
+        name = f"seed-{seeded.generation:05d}-chunk-{index:05d}.parquet"
+        store.fs.copy_file(chunk, store.path(*target, name))
 
 
 def _max_scn(changes: Any) -> int:
@@ -225,7 +255,8 @@ def _write(snapshot: Any, path: str) -> None:
     """Each task writes its rows sorted by (source, key), without a shuffle: rows that pass
     through (a seed, the previous generation) stay in the tasks that read them, so a big
     table is written by every core, not by one task per source. A source's files are each
-    in key order; the files, in name order, give every row a stable position."""
+    in key order (an adopted seed's chunks: in primary-key order); the files, in name order,
+    give every row a stable position."""
     (
         # (source, key), not key alone: the writer needs rows ordered by its partition column
         # and would otherwise add its own sort by source, which drops the sort by key

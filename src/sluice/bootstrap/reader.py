@@ -206,8 +206,8 @@ class StoreReader:
         columns: tuple[str, ...] = _SNAPSHOT_COLUMNS,
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
         """``(position of its first row, batch)`` for the snapshot's rows from position
-        ``first`` on, file by file in name order (each file sorted by key), read a batch at
-        a time."""
+        ``first`` on, file by file in name order (each sorted by key, or an adopted seed
+        chunk in primary-key order), read a batch at a time."""
         at = 0
         for path in self._snapshot_files(scn, source, generation):
             parquet = pq.ParquetFile(path, filesystem=self.store.fs)
@@ -241,7 +241,7 @@ class StoreReader:
         per_window: int = 500,
         folder: str | None = None,
     ) -> Iterator[bytes | wire.Heartbeat]:
-        """``r`` events of the snapshot source by source (each file in key order); a heartbeat
+        """``r`` events of the snapshot source by source (file by file); a heartbeat
         when complete. Each window's ``prev_scn`` is the cursor to resume after it (``after``)."""
         folder = folder or self.store.snapshot_dir(scn)
         sent = 0
