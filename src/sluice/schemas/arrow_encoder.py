@@ -5,7 +5,9 @@ through Spark's JDBC source gets them as Arrow columns, and this module encodes 
 a batch with numpy and Arrow kernels instead: per column, the Avro bytes of every value
 (zigzag LEB128 for longs, length-prefixed bytes for strings, 8 little-endian bytes for
 doubles, minimal two's complement for decimals, a union branch byte where the column is
-nullable), then one element-wise join per row. ``tests/unit/test_arrow_encoder.py`` checks
+nullable). Consecutive fixed-size values (and a string's length) are laid side by side in
+byte matrices and cut out with one mask; a string's bytes are joined to them by one Arrow
+element-wise join per row. ``tests/unit/test_arrow_encoder.py`` checks
 the bytes against ``RowCodec.encode`` for every kind it takes.
 
 Input columns hold the kind's canonical value, with one difference: a decimal column holds
@@ -36,9 +38,6 @@ _INT_KEY_KINDS = frozenset({"int"})
 MAX_DECIMAL_PRECISION = 18  # unscaled values fit an int64
 
 _EMPTY = pa.scalar(b"", pa.binary())
-_BRANCH = pa.scalar(b"\x02", pa.binary())  # a union's non-null branch
-_NULL = pa.scalar(b"\x00", pa.binary())  # a union's null branch
-_ENVELOPE = pa.scalar(b"\x00\x02", pa.binary())  # no before image, an after image
 
 
 class Unencodable(ValueError):
@@ -65,7 +64,14 @@ def _binary(lengths: np.ndarray, data: np.ndarray) -> pa.BinaryArray:
     return pa.BinaryArray.from_buffers(pa.binary(), len(lengths), buffers)
 
 
-def varints(values: np.ndarray) -> pa.BinaryArray:
+# A run of a row's consecutive fixed-size pieces: per piece a byte matrix (one row per table
+# row, its bytes left-aligned) and each row's byte count in it. A run becomes one binary
+# column with one boolean mask over the matrices side by side, so an 11-column row costs a
+# few Arrow joins (one per string column), not two per column.
+_Piece = tuple[np.ndarray, np.ndarray]
+
+
+def _varint_piece(values: np.ndarray) -> _Piece:
     """Unsigned LEB128 of each value (uint64)."""
     z = values.astype(np.uint64, copy=False)
     lengths = np.ones(len(z), dtype=np.int64)
@@ -81,7 +87,7 @@ def varints(values: np.ndarray) -> pa.BinaryArray:
         byte = (z >> np.uint64(7 * k)) & np.uint64(0x7F)
         cont = (k < lengths - 1).astype(np.uint8) << np.uint8(7)
         matrix[:, k] = byte.astype(np.uint8) | cont
-    return _binary(lengths, matrix[np.arange(groups)[None, :] < lengths[:, None]])
+    return matrix, lengths
 
 
 def zigzag(values: np.ndarray) -> np.ndarray:
@@ -93,35 +99,58 @@ def _ints(arr: pa.Array) -> np.ndarray:
     return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _long(arr: pa.Array) -> pa.Array:
-    return varints(zigzag(_ints(arr)))
+def _long(arr: pa.Array) -> _Piece:
+    return _varint_piece(zigzag(_ints(arr)))
 
 
-def _double(arr: pa.Array) -> pa.Array:
+def _double(arr: pa.Array) -> _Piece:
     values = np.asarray(arr.fill_null(0.0).to_numpy(zero_copy_only=False), dtype="<f8")
-    return _binary(np.full(len(values), 8, dtype=np.int64), values.view(np.uint8))
+    return values.view(np.uint8).reshape(-1, 8), np.full(len(values), 8, dtype=np.int64)
 
 
-def _bytes(arr: pa.Array) -> pa.Array:
-    raw = arr.cast(pa.binary()).fill_null(b"")
-    lengths = np.asarray(pc.binary_length(raw).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return pc.binary_join_element_wise(varints(zigzag(lengths)), raw, _EMPTY)
-
-
-def _decimal(arr: pa.Array) -> pa.Array:
+def _decimal(arr: pa.Array) -> _Piece:
     """Avro decimal bytes of unscaled int64 values: big-endian two's complement in
-    ``bit_length // 8 + 1`` bytes (as ``int.to_bytes`` in the row encoder)."""
+    ``bit_length // 8 + 1`` bytes (as ``int.to_bytes`` in the row encoder), after their
+    length (at most 8: one varint byte)."""
     values = _ints(arr)
     magnitude = np.abs(values).astype(np.uint64)
     sizes = np.ones(len(values), dtype=np.int64)
     for k in range(1, 8):
         sizes += magnitude >= np.uint64(1 << (8 * k - 1))
-    big_endian = values.astype(">i8").view(np.uint8).reshape(-1, 8)
-    raw = _binary(sizes, big_endian[np.arange(8)[None, :] >= (8 - sizes)[:, None]])
-    return pc.binary_join_element_wise(varints(zigzag(sizes)), raw, _EMPTY)
+    # shifted left, the value's minimal bytes lead its big-endian form
+    shift = (np.uint64(8) * (8 - sizes).astype(np.uint64)).astype(np.uint64)
+    leading = (values.view(np.uint64) << shift).astype(">u8").view(np.uint8).reshape(-1, 8)
+    matrix = np.empty((len(values), 9), dtype=np.uint8)
+    matrix[:, 0] = (sizes << 1).astype(np.uint8)  # zigzag of 1..8, one varint byte
+    matrix[:, 1:] = leading
+    return matrix, sizes + 1
 
 
-_BY_WIRE = {"long": _long, "double": _double, "string": _bytes, "bytes": _bytes}
+def _length(raw: pa.Array) -> _Piece:
+    lengths = np.asarray(pc.binary_length(raw).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return _varint_piece(zigzag(lengths))
+
+
+def _branch(piece: _Piece, valid: np.ndarray | None) -> _Piece:
+    """A nullable column's union branch before its value; a null is the branch byte alone."""
+    matrix, lengths = piece
+    out = np.empty((len(lengths), matrix.shape[1] + 1), dtype=np.uint8)
+    out[:, 1:] = matrix
+    if valid is None:
+        out[:, 0] = 2
+        return out, lengths + 1
+    out[:, 0] = valid.astype(np.uint8) << np.uint8(1)
+    return out, np.where(valid, lengths + 1, 1)
+
+
+def _joined(run: list[_Piece]) -> pa.Array:
+    matrix = np.hstack([m for m, _ in run])
+    mask = np.hstack([np.arange(m.shape[1])[None, :] < n[:, None] for m, n in run])
+    lengths = np.add.reduce([n for _, n in run])
+    return _binary(lengths, matrix[mask])
+
+
+_FIXED = {"long": _long, "double": _double, "decimal": _decimal}
 
 
 class ArrowEncoder:
@@ -140,18 +169,32 @@ class ArrowEncoder:
         ]
 
     def payloads(self, columns: Sequence[pa.Array]) -> pa.Array:
-        parts = [_ENVELOPE]
+        rows = len(columns[0]) if columns else 0
+        envelope = np.zeros((rows, 2), dtype=np.uint8)
+        envelope[:, 1] = 2  # no before image, an after image
+        run: list[_Piece] = [(envelope, np.full(rows, 2, dtype=np.int64))]
+        parts: list[pa.Array] = []
         for col, arr, nullable in zip(self.schema.columns, columns, self.nullable, strict=True):
-            wire = KIND[col.kind].wire
-            encoded = _decimal(arr) if wire == "decimal" else _BY_WIRE[wire](arr)
-            if nullable:
-                present = pc.binary_join_element_wise(_BRANCH, encoded, _EMPTY)
-                encoded = (
-                    present if arr.null_count == 0 else pc.if_else(arr.is_valid(), present, _NULL)
-                )
-            elif arr.null_count:
+            if arr.null_count and not nullable:
                 raise Unencodable(f"{self.schema.source}.{col.name} is null in a row")
-            parts.append(encoded)
+            wire = KIND[col.kind].wire
+            raw = None
+            if wire in _FIXED:
+                piece = _FIXED[wire](arr)
+            else:  # its length joins the run; its bytes follow as their own part
+                raw = arr.cast(pa.binary()).fill_null(b"")
+                piece = _length(raw)
+            if nullable:
+                valid = None if arr.null_count == 0 else np.asarray(arr.is_valid())
+                piece = _branch(piece, valid)
+            run.append(piece)
+            if raw is not None:
+                parts += [_joined(run), raw]
+                run = []
+        if run:
+            parts.append(_joined(run))
+        if len(parts) == 1:
+            return parts[0]
         return pc.binary_join_element_wise(*parts, _EMPTY)
 
     def keys(self, columns: Sequence[pa.Array]) -> pa.Array:

@@ -69,6 +69,8 @@ def _canonical(col: Column) -> str | None:
         return f"CAST({c} * 1{'0' * col.scale} AS SIGNED)"
     if col.kind in ("double", "bytes"):
         return c
+    if col.kind == "string" and not col.source_type.lower().startswith("char"):
+        return c  # VARCHAR and TEXT arrive as they are (a CAST costs the server per row)
     if col.kind in ("string", "enum", "json", "uuid", "inet6"):
         # Their text as the text protocol sends it, typed VARCHAR: Spark pads what JDBC
         # reports as CHAR(n) (CHAR and ENUM columns) to n characters.
@@ -105,10 +107,15 @@ def jdbc_chunks(
     columns = tuple(f"sluice_c{i}" for i in range(len(exprs)))
     db, table = split_source(schema.source)
     select = [f"{e} AS {n}" for e, n in zip(exprs, columns, strict=True)]
-    select.append(f"{SNAPSHOT_SCN} AS {POSITION_COLUMNS[0]}")
+    select.append(f"sluice_s.{POSITION_COLUMNS[0]}")
     select += [_ident(k) for k in schema.primary_key]  # what the chunks' predicates name
     condition = f" WHERE ({where})" if where else ""
-    derived = f"(SELECT {', '.join(select)} FROM {_ident(db)}.{_ident(table)}{condition}) sluice_t"
+    # The snapshot's position once per statement (a derived table), not once per row.
+    position = f"(SELECT {SNAPSHOT_SCN} AS {POSITION_COLUMNS[0]}) sluice_s"
+    derived = (
+        f"(SELECT {', '.join(select)} FROM {_ident(db)}.{_ident(table)} "
+        f"CROSS JOIN {position}{condition}) sluice_t"
+    )
     properties = {
         "user": params.user,
         "password": params.password,
