@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from sluice.bootstrap.reader import StoreReader, committed_files
-from sluice.bootstrap.store import BootstrapStore, partition_dir
+from sluice.bootstrap.store import BootstrapStore, dictionary_columns, partition_dir
 from sluice.errors import RelayUnavailable
 from sluice.spark.options import parse_options
 from sluice.spark.source import SluiceStreamReader
@@ -278,6 +278,7 @@ class LogWriter:
             schema,
             filesystem=self.store.fs,
             compression="snappy",
+            use_dictionary=dictionary_columns(schema),
             use_deprecated_int96_timestamps=True,
         )
         return path, writer

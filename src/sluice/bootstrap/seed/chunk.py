@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sluice.bootstrap.seed.records import SeedRecords
-from sluice.bootstrap.store import BootstrapStore
+from sluice.bootstrap.store import BootstrapStore, dictionary_columns
 from sluice.capture.seeding import ChunkReader, KeyRange
 from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas import RowCodec, TableSchema
@@ -103,7 +103,12 @@ def write_chunk(task: ChunkTask, scn: int, batches: Iterable[pa.RecordBatch]) ->
     try:
         with (
             store.fs.open_output_stream(tmp) as stream,
-            pq.ParquetWriter(stream, SNAPSHOT_ARROW, compression="snappy") as writer,
+            pq.ParquetWriter(
+                stream,
+                SNAPSHOT_ARROW,
+                compression="snappy",
+                use_dictionary=dictionary_columns(SNAPSHOT_ARROW),
+            ) as writer,
         ):
             for batch in batches:
                 writer.write_batch(batch)
