@@ -21,7 +21,7 @@ from typing import Any
 
 from benchmarks.common import table, write_results
 from sluice.bootstrap.job import spark_session
-from sluice.bootstrap.seed.job import SeedConfig, SeedJob
+from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.mysql.metadata import end_scn
 from sluice.testing import PrivateMariaDB
@@ -192,7 +192,7 @@ def _session() -> Any:
 def _rounds(db: PrivateMariaDB, work: Path, spark: Any, rows: int, rounds: int) -> dict[str, Any]:
     seeds, jdbc2, jdbc8, dumps = [], [], [], []
     for n in range(rounds):  # interleaved: the host's speed drifts within minutes
-        seeds.append(_seed(db, work, spark, n, 50_000))
+        seeds.append(_seed(db, work, spark, n, DEFAULT_CHUNK_ROWS))
         jdbc2.append(_jdbc(spark, db.port, str(work / f"jdbc2-{n}"), 2))
         jdbc8.append(_jdbc(spark, db.port, str(work / f"jdbc8-{n}"), 8))
         dumps.append(_dump(db.port, work / f"dump{n}.sql"))

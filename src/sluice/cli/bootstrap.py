@@ -81,7 +81,7 @@ def add_parser(sub: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="rows per chunk (one consistent read and one Spark task each; default 50000)",
+        help="rows per chunk (one consistent read and one Spark task each; default 250000)",
     )
     seed.add_argument(
         "--parallelism", type=int, metavar="N", help="chunks read at once (default: cores)"

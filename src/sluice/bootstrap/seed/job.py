@@ -26,7 +26,7 @@ from sluice.errors import ConfigError, SourceError, SourceSetupError
 from sluice.schemas import TableSchema
 
 log = logging.getLogger(__name__)
-DEFAULT_CHUNK_ROWS = 50_000
+DEFAULT_CHUNK_ROWS = 250_000
 
 
 @dataclass(frozen=True, slots=True)

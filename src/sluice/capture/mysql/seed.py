@@ -29,6 +29,7 @@ from sluice.capture.seeding import (
     JdbcChunks,
     KeyRange,
     driver_errors,
+    even_ranges,
     guarded,
     keyless,
     seek_ranges,
@@ -132,14 +133,18 @@ def range_condition(key: Sequence[str], bounds: KeyRange) -> tuple[str, list[Any
 def plan_ranges(
     conn: pymysql.Connection[Any], schema: TableSchema, chunk_rows: int
 ) -> list[KeyRange]:
-    """Cut the table into key ranges of about ``chunk_rows`` rows each, with ``ORDER BY key
-    LIMIT`` seeks on the primary key (works for composite and non-integer keys)."""
+    """Cut the table into key ranges of about ``chunk_rows`` rows each: by arithmetic for a
+    densely filled integer key, else with ``ORDER BY key LIMIT`` seeks on the primary key
+    (composite and non-integer keys, sparse integers)."""
     if not can_split(schema):
         return [KeyRange(None, None)]
     key = schema.primary_key
     cols = ", ".join(q(c) for c in key)
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00'")
+        even = _even_ranges(cur, schema, chunk_rows)
+        if even is not None:
+            return even
 
         def next_upper(after: KeyRange) -> tuple[Any, ...] | None:
             where, args = range_condition(key, after)
@@ -152,6 +157,27 @@ def plan_ranges(
             return None if row is None else tuple(row)
 
         return seek_ranges(next_upper)
+
+
+def _even_ranges(cur: Any, schema: TableSchema, chunk_rows: int) -> list[KeyRange] | None:
+    """Ranges by arithmetic on MIN/MAX and InnoDB's row estimate (``seeding.even_ranges``):
+    a seek walks the clustered index, i.e. the whole table, ~0.4 s per 1M rows."""
+    (name,) = schema.primary_key if len(schema.primary_key) == 1 else ("",)
+    kinds = {c.name: c.kind for c in schema.columns}
+    if kinds.get(name) != "int":
+        return None
+    db, table = split_source(schema.source)
+    cur.execute(f"SELECT MIN({q(name)}), MAX({q(name)}) FROM {table_ref(schema.source)}")
+    lowest, highest = cur.fetchone()
+    cur.execute(
+        "SELECT TABLE_ROWS FROM information_schema.TABLES "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        (db, table),
+    )
+    found = cur.fetchone()
+    if lowest is None or found is None or found[0] is None:
+        return None
+    return even_ranges(int(lowest), int(highest), int(found[0]), chunk_rows)
 
 
 # -- canonical values from the text protocol's row packets ------------------------------------
