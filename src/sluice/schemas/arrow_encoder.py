@@ -18,7 +18,7 @@ so it must fit in 64 bits (precision <= 18).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,30 +64,33 @@ def _binary(lengths: np.ndarray, data: np.ndarray) -> pa.BinaryArray:
     return pa.BinaryArray.from_buffers(pa.binary(), len(lengths), buffers)
 
 
-# A run of a row's consecutive fixed-size pieces: per piece a byte matrix (one row per table
-# row, its bytes left-aligned) and each row's byte count in it. A run becomes one binary
-# column with one boolean mask over the matrices side by side, so an 11-column row costs a
-# few Arrow joins (one per string column), not two per column.
-_Piece = tuple[np.ndarray, np.ndarray]
+# A run of a row's consecutive fixed-size pieces becomes one binary column: every piece writes
+# its bytes into a block of one byte matrix laid out by byte position (a matrix row per
+# position, a column per table row, so each write is contiguous), a mask of the same shape
+# says which bytes each row uses, and one masked read of the transposed matrix gives every
+# row's bytes in order. A piece is its width and the function that fills its block and
+# returns each row's byte count (None: all of its width).
+_Fill = Callable[[np.ndarray], "np.ndarray | None"]
+_Piece = tuple[int, _Fill]
+_VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+_DECIMAL_LIMITS = np.array([1 << (8 * k - 1) for k in range(1, 8)], dtype=np.uint64)
 
 
-def _varint_piece(values: np.ndarray) -> _Piece:
+def _varint(z: np.ndarray) -> _Piece:
     """Unsigned LEB128 of each value (uint64)."""
-    z = values.astype(np.uint64, copy=False)
-    lengths = np.ones(len(z), dtype=np.int64)
-    groups = 1
-    for k in range(1, 10):
-        more = z >= np.uint64(1 << (7 * k))
-        if not more.any():
-            break
-        lengths += more
-        groups = k + 1
-    matrix = np.empty((len(z), groups), dtype=np.uint8)
-    for k in range(groups):
-        byte = (z >> np.uint64(7 * k)) & np.uint64(0x7F)
-        cont = (k < lengths - 1).astype(np.uint8) << np.uint8(7)
-        matrix[:, k] = byte.astype(np.uint8) | cont
-    return matrix, lengths
+    lengths = (np.searchsorted(_VARINT_LIMITS, z, side="right") + 1).astype(np.uint8)
+    width = int(lengths.max()) if len(z) else 1
+
+    def fill(out: np.ndarray) -> np.ndarray:
+        for k in range(width):
+            byte = (z >> np.uint64(7 * k)).astype(np.uint8)
+            byte &= np.uint8(0x7F)
+            if k < width - 1:  # the continuation bit of every byte but a value's last
+                byte |= (lengths > k + 1).view(np.uint8) << np.uint8(7)
+            out[k] = byte
+        return lengths
+
+    return width, fill
 
 
 def zigzag(values: np.ndarray) -> np.ndarray:
@@ -100,12 +103,16 @@ def _ints(arr: pa.Array) -> np.ndarray:
 
 
 def _long(arr: pa.Array) -> _Piece:
-    return _varint_piece(zigzag(_ints(arr)))
+    return _varint(zigzag(_ints(arr)))
 
 
 def _double(arr: pa.Array) -> _Piece:
     values = np.asarray(arr.fill_null(0.0).to_numpy(zero_copy_only=False), dtype="<f8")
-    return values.view(np.uint8).reshape(-1, 8), np.full(len(values), 8, dtype=np.int64)
+
+    def fill(out: np.ndarray) -> None:
+        out[:] = values.view(np.uint8).reshape(-1, 8).T
+
+    return 8, fill
 
 
 def _decimal(arr: pa.Array) -> _Piece:
@@ -114,40 +121,58 @@ def _decimal(arr: pa.Array) -> _Piece:
     length (at most 8: one varint byte)."""
     values = _ints(arr)
     magnitude = np.abs(values).astype(np.uint64)
-    sizes = np.ones(len(values), dtype=np.int64)
-    for k in range(1, 8):
-        sizes += magnitude >= np.uint64(1 << (8 * k - 1))
-    # shifted left, the value's minimal bytes lead its big-endian form
-    shift = (np.uint64(8) * (8 - sizes).astype(np.uint64)).astype(np.uint64)
-    leading = (values.view(np.uint64) << shift).astype(">u8").view(np.uint8).reshape(-1, 8)
-    matrix = np.empty((len(values), 9), dtype=np.uint8)
-    matrix[:, 0] = (sizes << 1).astype(np.uint8)  # zigzag of 1..8, one varint byte
-    matrix[:, 1:] = leading
-    return matrix, sizes + 1
+    sizes = (np.searchsorted(_DECIMAL_LIMITS, magnitude, side="right") + 1).astype(np.uint8)
+
+    def fill(out: np.ndarray) -> np.ndarray:
+        out[0] = sizes << np.uint8(1)  # zigzag of 1..8, one varint byte
+        # shifted left, the value's minimal bytes lead its big-endian form
+        shift = np.uint64(8) * (8 - sizes).astype(np.uint64)
+        leading = (values.view(np.uint64) << shift).astype(">u8")
+        out[1:] = leading.view(np.uint8).reshape(-1, 8).T
+        counts: np.ndarray = sizes + np.uint8(1)
+        return counts
+
+    return 9, fill
 
 
 def _length(raw: pa.Array) -> _Piece:
     lengths = np.asarray(pc.binary_length(raw).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return _varint_piece(zigzag(lengths))
+    return _varint(zigzag(lengths))
 
 
-def _branch(piece: _Piece, valid: np.ndarray | None) -> _Piece:
-    """A nullable column's union branch before its value; a null is the branch byte alone."""
-    matrix, lengths = piece
-    out = np.empty((len(lengths), matrix.shape[1] + 1), dtype=np.uint8)
-    out[:, 1:] = matrix
-    if valid is None:
-        out[:, 0] = 2
-        return out, lengths + 1
-    out[:, 0] = valid.astype(np.uint8) << np.uint8(1)
-    return out, np.where(valid, lengths + 1, 1)
+def _envelope(out: np.ndarray) -> None:
+    out[0] = 0  # no before image
+    out[1] = 2  # an after image
 
 
-def _joined(run: list[_Piece]) -> pa.Array:
-    matrix = np.hstack([m for m, _ in run])
-    mask = np.hstack([np.arange(m.shape[1])[None, :] < n[:, None] for m, n in run])
-    lengths = np.add.reduce([n for _, n in run])
-    return _binary(lengths, matrix[mask])
+def _run(rows: int, run: list[tuple[Any, _Piece]]) -> pa.Array:
+    """One binary column of a run's pieces. A piece's branch (a nullable column's union
+    branch before its value) is None (not nullable), True (no nulls in the batch) or each
+    row's validity (a null is the branch byte alone)."""
+    width = sum(w + (branch is not None) for branch, (w, _) in run)
+    matrix = np.empty((width, rows), dtype=np.uint8)
+    mask = np.empty((width, rows), dtype=bool)
+    total = np.zeros(rows, dtype=np.int64)
+    at = 0
+    for branch, (w, fill) in run:
+        valid = branch if isinstance(branch, np.ndarray) else None
+        if branch is not None:
+            matrix[at] = 2 if valid is None else valid.view(np.uint8) << np.uint8(1)
+            mask[at] = True
+            total += 1
+            at += 1
+        lengths = fill(matrix[at : at + w])
+        if lengths is None:
+            mask[at : at + w] = True if valid is None else valid[None, :]
+            total += w if valid is None else np.where(valid, w, 0)
+        else:
+            if valid is not None:
+                lengths = np.where(valid, lengths, np.uint8(0))
+            positions = np.arange(w, dtype=np.uint8)[:, None]
+            np.less(positions, lengths[None, :], out=mask[at : at + w])
+            total += lengths
+        at += w
+    return _binary(total, matrix.T[mask.T])
 
 
 _FIXED = {"long": _long, "double": _double, "decimal": _decimal}
@@ -170,9 +195,7 @@ class ArrowEncoder:
 
     def payloads(self, columns: Sequence[pa.Array]) -> pa.Array:
         rows = len(columns[0]) if columns else 0
-        envelope = np.zeros((rows, 2), dtype=np.uint8)
-        envelope[:, 1] = 2  # no before image, an after image
-        run: list[_Piece] = [(envelope, np.full(rows, 2, dtype=np.int64))]
+        run: list[tuple[Any, _Piece]] = [(None, (2, _envelope))]
         parts: list[pa.Array] = []
         for col, arr, nullable in zip(self.schema.columns, columns, self.nullable, strict=True):
             if arr.null_count and not nullable:
@@ -184,15 +207,15 @@ class ArrowEncoder:
             else:  # its length joins the run; its bytes follow as their own part
                 raw = arr.cast(pa.binary()).fill_null(b"")
                 piece = _length(raw)
+            branch: Any = None
             if nullable:
-                valid = None if arr.null_count == 0 else np.asarray(arr.is_valid())
-                piece = _branch(piece, valid)
-            run.append(piece)
+                branch = True if arr.null_count == 0 else np.asarray(arr.is_valid())
+            run.append((branch, piece))
             if raw is not None:
-                parts += [_joined(run), raw]
+                parts += [_run(rows, run), raw]
                 run = []
         if run:
-            parts.append(_joined(run))
+            parts.append(_run(rows, run))
         if len(parts) == 1:
             return parts[0]
         return pc.binary_join_element_wise(*parts, _EMPTY)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from zlib import crc32
 
+import numpy as np
 import pyarrow as pa
 
 from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, snapshot_batch, write_chunk
@@ -97,7 +98,8 @@ class _ChunkWriter:
             log.info("chunk left to the row path: %s", exc)
             raise _Skip from None
         keys = encoder.keys(columns)
-        hashes = pa.array([crc32(k) for k in keys.cast(pa.binary()).to_pylist()], pa.int64())
+        texts = keys.cast(pa.binary()).to_pylist()
+        hashes = pa.array(np.fromiter(map(crc32, texts), dtype=np.int64, count=len(texts)))
         if scn != self._scn(batch):
             raise SourceError("a chunk's rows came from two snapshots")
         return snapshot_batch(encoder.schema, scn, keys, hashes, payloads)
