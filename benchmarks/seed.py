@@ -156,7 +156,7 @@ def _seed(db: PrivateMariaDB, work: Path, spark: Any, n: int, chunk_rows: int) -
     }
 
 
-def run(rows: int = 1_000_000, rounds: int = 2) -> dict[str, Any]:
+def run(rows: int = 1_000_000, rounds: int = 3) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="sluice-seed-bench-"))
     os.environ.setdefault("SLUICE_SPARK_LOG", str(work / "spark.log"))
     try:
