@@ -167,7 +167,9 @@ def _even_ranges(cur: Any, schema: TableSchema, chunk_rows: int) -> list[KeyRang
     if kinds.get(name) != "int":
         return None
     db, table = split_source(schema.source)
-    cur.execute(f"SELECT MIN({q(name)}), MAX({q(name)}) FROM {table_ref(schema.source)}")
+    # args=(): names are quoted with ``%`` doubled for PyMySQL's formatting, which only
+    # runs when there are args
+    cur.execute(f"SELECT MIN({q(name)}), MAX({q(name)}) FROM {table_ref(schema.source)}", ())
     lowest, highest = cur.fetchone()
     cur.execute(
         "SELECT TABLE_ROWS FROM information_schema.TABLES "
