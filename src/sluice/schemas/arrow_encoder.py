@@ -5,8 +5,8 @@ through Spark's JDBC source gets them as Arrow columns, and this module encodes 
 a batch with numpy and Arrow kernels instead: per column, the Avro bytes of every value
 (zigzag LEB128 for longs, length-prefixed bytes for strings, 8 little-endian bytes for
 doubles, minimal two's complement for decimals, a union branch byte where the column is
-nullable). Consecutive fixed-size values (and a string's length) are laid side by side in
-byte matrices and cut out with one mask; a string's bytes are joined to them by one Arrow
+nullable). Consecutive fixed-size values (and a string's length) are written into one byte
+matrix per run and read out with one mask; a string's bytes are joined to them by one Arrow
 element-wise join per row. ``tests/unit/test_arrow_encoder.py`` checks
 the bytes against ``RowCodec.encode`` for every kind it takes.
 
