@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -72,6 +72,9 @@ def _binary(lengths: np.ndarray, data: np.ndarray) -> pa.BinaryArray:
 # returns each row's byte count (None: all of its width).
 _Fill = Callable[[np.ndarray], "np.ndarray | None"]
 _Piece = tuple[int, _Fill]
+# A nullable column's union branch before its value: None (not nullable), True (no nulls in
+# the batch) or each row's validity (a null is the branch byte alone).
+_Branch: TypeAlias = "bool | np.ndarray | None"
 _VARINT_LIMITS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 _DECIMAL_LIMITS = np.array([1 << (8 * k - 1) for k in range(1, 8)], dtype=np.uint64)
 
@@ -145,10 +148,8 @@ def _envelope(out: np.ndarray) -> None:
     out[1] = 2  # an after image
 
 
-def _run(rows: int, run: list[tuple[Any, _Piece]]) -> pa.Array:
-    """One binary column of a run's pieces. A piece's branch (a nullable column's union
-    branch before its value) is None (not nullable), True (no nulls in the batch) or each
-    row's validity (a null is the branch byte alone)."""
+def _run(rows: int, run: list[tuple[_Branch, _Piece]]) -> pa.Array:
+    """One binary column of a run's pieces, each after its branch."""
     width = sum(w + (branch is not None) for branch, (w, _) in run)
     matrix = np.empty((width, rows), dtype=np.uint8)
     mask = np.empty((width, rows), dtype=bool)
@@ -195,7 +196,7 @@ class ArrowEncoder:
 
     def payloads(self, columns: Sequence[pa.Array]) -> pa.Array:
         rows = len(columns[0]) if columns else 0
-        run: list[tuple[Any, _Piece]] = [(None, (2, _envelope))]
+        run: list[tuple[_Branch, _Piece]] = [(None, (2, _envelope))]
         parts: list[pa.Array] = []
         for col, arr, nullable in zip(self.schema.columns, columns, self.nullable, strict=True):
             if arr.null_count and not nullable:
@@ -207,7 +208,7 @@ class ArrowEncoder:
             else:  # its length joins the run; its bytes follow as their own part
                 raw = arr.cast(pa.binary()).fill_null(b"")
                 piece = _length(raw)
-            branch: Any = None
+            branch: _Branch = None
             if nullable:
                 branch = True if arr.null_count == 0 else np.asarray(arr.is_valid())
             run.append((branch, piece))

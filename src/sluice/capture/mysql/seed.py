@@ -162,10 +162,10 @@ def plan_ranges(
 def _even_ranges(cur: Any, schema: TableSchema, chunk_rows: int) -> list[KeyRange] | None:
     """Ranges by arithmetic on MIN/MAX and InnoDB's row estimate (``seeding.even_ranges``):
     a seek walks the clustered index, i.e. the whole table, ~0.4 s per 1M rows."""
-    (name,) = schema.primary_key if len(schema.primary_key) == 1 else ("",)
     kinds = {c.name: c.kind for c in schema.columns}
-    if kinds.get(name) != "int":
+    if len(schema.primary_key) != 1 or kinds[schema.primary_key[0]] != "int":
         return None
+    name = schema.primary_key[0]
     db, table = split_source(schema.source)
     # args=(): names are quoted with ``%`` doubled for PyMySQL's formatting, which only
     # runs when there are args
