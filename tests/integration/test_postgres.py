@@ -319,6 +319,80 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
     conn.close()
 
 
+def test_large_transactions_take_the_bulk_path_and_give_the_row_paths_bytes(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of a relation's inserts and updates in a large transaction are transcoded at once
+    (``runs.py``); every run is also transcoded row by row and must give the same events, a
+    run the bulk path hands back is captured by the row path, and the replica matches."""
+    from sluice.capture.postgres import capture as pg_capture
+    from sluice.capture.postgres.runs import RunTranscoder
+
+    taken: list[int] = []
+    handed_back: list[int] = []
+    mismatches: list[str] = []
+    bulk = RunTranscoder.events
+
+    def both(self: RunTranscoder, payloads: list[bytes]) -> list[bytes] | None:
+        out = bulk(self, payloads)
+        if out is None:
+            handed_back.append(len(payloads))
+            return None
+        taken.append(len(payloads))
+        capture = pg_capture.PostgresCapture.__new__(pg_capture.PostgresCapture)
+        table = next(t for t in tables_seen if t.runs is self)
+        rows = [e for p in payloads for e in capture._fast_or_slow(table, p)]
+        if rows != out:
+            mismatches.append(f"{len(payloads)} rows from {payloads[0][:40]!r}")
+        return out
+
+    tables_seen: list[Any] = []
+    describe = pg_capture.PostgresCapture._describe
+
+    def remember(self: Any, relation: Any) -> Any:
+        table = describe(self, relation)
+        tables_seen.append(table)
+        return table
+
+    monkeypatch.setattr(RunTranscoder, "events", both)
+    monkeypatch.setattr(pg_capture.PostgresCapture, "_describe", remember)
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE bulk (id bigint PRIMARY KEY, a int, s smallint, f double precision, "
+            "d date, ts timestamp, tz timestamptz, v varchar(20), n numeric(12,3), j jsonb, "
+            "u uuid)"
+        )
+    with RelayThread(_config(postgres, pg_database, ["public.bulk"], tmp_path / "r")) as relay:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO bulk SELECT g, g * 7 - 3000, g % 32000, g / 7.0, "
+                "date '2000-02-28' + g, timestamp '1999-12-31 23:59:59.5' + g * interval '1.25 s', "
+                "now() - g * interval '1 day', 'ä ' || g, g / 3.0, jsonb_build_object('g', g), "
+                "md5(g::text)::uuid FROM generate_series(-500, 500) g"
+            )
+            cur.execute("UPDATE bulk SET f = 'NaN', v = NULL, a = NULL WHERE id % 3 = 0")
+            cur.execute("UPDATE bulk SET f = '-Infinity', ts = NULL WHERE id % 3 = 1")
+            # a run with a date the bulk path cannot take (infinity: null) goes row by row
+            cur.execute("UPDATE bulk SET d = 'infinity' WHERE id = 17")
+            cur.execute("UPDATE bulk SET s = s + 1 WHERE id BETWEEN 0 AND 99")
+        _caught_up(relay.url, conn)
+        replica = ReplicaConsumer()
+        consume(relay.url, replica, since_scn=start)
+    assert mismatches == []
+    assert taken == [1001, 333, 167] and handed_back == [100]  # id % 3 = 1: positive ids
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, a, s, v, d IS NULL OR d = 'infinity' FROM bulk")
+        truth = {json.dumps({"id": i}): (a, s, v, no_day) for i, a, s, v, no_day in cur}
+    rows = replica.rows["public.bulk"]
+    assert len(rows) == len(truth) == 1001
+    for key, (a, s, v, no_day) in truth.items():
+        row = rows[key.replace(" ", "")]
+        assert (row["a"], row["s"], row["v"], row["d"] is None) == (a, s, v, no_day), key
+    conn.close()
+
+
 def test_a_slot_in_use_is_refused_and_a_restarted_server_is_resumed(
     postgres: PrivatePostgres, pg_database: str, tmp_path: Path
 ) -> None:

@@ -20,6 +20,7 @@ import psycopg2
 import psycopg2.extras
 
 from sluice.capture.postgres import pgoutput
+from sluice.capture.postgres.runs import MIN_RUN
 from sluice.capture.postgres.setup import (
     PgUrl,
     base_types,
@@ -199,46 +200,64 @@ class PostgresCapture:
 
     def _pump(self, cur: Any) -> None:
         events: list[bytes] = []
-        stopped = self.stats.stopped_sources  # survives reconnects
+        run: list[Any] = []  # consecutive change messages of one relation, not yet transcoded
+        relid = b""
         confirmed = 0
         while not self._stop.is_set():
             message = cur.read_message()
             if message is None:
-                confirmed = self._feedback(cur, confirmed, idle=not events)
+                confirmed = self._feedback(cur, confirmed, idle=not events and not run)
                 self._slot_details(confirmed)
                 ready, _, _ = select.select([cur], [], [], 0.5)
                 if ready:  # the server said something (at least the keepalive asked for
                     # each idle second): a frozen server says nothing, and /healthz sees it
                     self.stats.last_seen_ms = int(time.time() * 1000)
                 continue
-            self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
             payload = message.payload
             if payload[0] in CHANGE_TAGS:
-                table = self._relations.get(int.from_bytes(payload[1:5], "big"))
-                if table is not None and table.source not in stopped:
-                    try:
-                        events += self._fast_or_slow(table, payload)
-                    except DecodeError as exc:
-                        self._undecodable(exc, table, events, message.data_start)
+                if payload[1:5] != relid and run:
+                    self._changes(run, events)
+                    run = []
+                relid = payload[1:5]
+                run.append(message)
                 continue
+            if run:
+                self._changes(run, events)
+                run = []
+            self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
             parsed = pgoutput.parse(payload)
             if isinstance(parsed, pgoutput.Relation):
                 self._relations[parsed.relid] = self._describe(parsed)
-            elif isinstance(parsed, pgoutput.Change):
-                table = self._relations.get(parsed.relid)
-                if table is not None and table.source not in stopped:
-                    try:
-                        events += self._change(table, parsed)
-                    except DecodeError as exc:
-                        self._undecodable(exc, table, events, message.data_start)
             elif isinstance(parsed, pgoutput.Truncate):
-                for relid in parsed.relids:  # every row of the table is gone: one t event
-                    table = self._relations.get(relid)
+                stopped = self.stats.stopped_sources  # survives reconnects
+                for relid_ in parsed.relids:  # every row of the table is gone: one t event
+                    table = self._relations.get(relid_)
                     if table is not None and table.source not in stopped:
                         events.append(table.truncate_event())
             elif isinstance(parsed, pgoutput.Commit):
                 self._commit(parsed, events)
                 events = []
+
+    def _changes(self, run: list[Any], events: list[bytes]) -> None:
+        """The events of a run of one relation's change messages: at once when the run is
+        long and the relation's columns allow it (``runs.py``), else row by row."""
+        self.stats.source_end_scn = max(self.stats.source_end_scn, run[-1].wal_end)
+        table = self._relations.get(int.from_bytes(run[0].payload[1:5], "big"))
+        stopped = self.stats.stopped_sources  # survives reconnects
+        if table is None or table.source in stopped:
+            return
+        if len(run) >= MIN_RUN and table.runs is not None:
+            out = table.runs.events([message.payload for message in run])
+            if out is not None:
+                events += out
+                return
+        for message in run:
+            try:
+                events += self._fast_or_slow(table, message.payload)
+            except DecodeError as exc:
+                self._undecodable(exc, table, events, message.data_start)
+                if table.source in stopped:
+                    return
 
     def _commit(self, commit: pgoutput.Commit, events: list[bytes]) -> None:
         if events:

@@ -8,6 +8,7 @@ from typing import Any
 from zlib import crc32
 
 from sluice.capture.postgres import pgoutput
+from sluice.capture.postgres.runs import RunTranscoder
 from sluice.capture.postgres.setup import (
     base_types,
     not_null,
@@ -37,6 +38,7 @@ class PgTable:
         self._key = codec.key_text
         schema = codec.schema
         self._row = build_row_transcoder(schema.columns, schema.primary_key, converters)
+        self.runs = RunTranscoder.build(schema, converters, self.name)  # None: rows only
 
     def fast(self, tag: int, data: bytes) -> list[bytes]:
         """The wire events of an Insert/Update/Delete message, by the generated transcoder

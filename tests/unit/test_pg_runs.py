@@ -1,0 +1,172 @@
+"""PostgreSQL capture's bulk path (``capture/postgres/runs.py``) gives exactly the wire events
+of the row path for every kind it takes, and hands back (None) what it cannot take exactly.
+
+Messages are pgoutput Insert/Update bytes built from the text forms the server sends
+(``DateStyle=ISO``, ``TimeZone=UTC``, shortest exact floats); the row path (generated
+transcoder, or values + the schema's encoder where it defers) is the reference."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import struct
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.capture.postgres import pgoutput
+from sluice.capture.postgres.runs import RunTranscoder
+from sluice.capture.postgres.tables import OP_C, OP_U, PgTable
+from sluice.capture.postgres.transcode import Slow
+from sluice.capture.postgres.types import column_kind
+from sluice.errors import DecodeError
+from sluice.schemas import Column, RowCodec, TableSchema
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _float_text(x: float) -> str:
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return repr(x).replace("inf", "Infinity")
+
+
+def _stamp(micros: int) -> str:
+    text = (_EPOCH + dt.timedelta(microseconds=micros)).isoformat(sep=" ")
+    return text.rstrip("0").rstrip(".") if "." in text else text  # the server trims zeros
+
+
+_MICROS = st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999)
+# (name, type OID, text forms the server sends)
+COLUMNS: list[tuple[str, int, Any]] = [
+    ("id", 20, st.integers(-(1 << 63), (1 << 63) - 1).map(str)),
+    ("i2", 21, st.integers(-(1 << 15), (1 << 15) - 1).map(str)),
+    ("i4", 23, st.integers(-(1 << 31), (1 << 31) - 1).map(str)),
+    ("f8", 701, st.floats(allow_nan=True).map(_float_text)),
+    ("d", 1082, st.dates().map(lambda d: d.isoformat())),
+    ("ts", 1114, _MICROS.map(_stamp)),
+    ("tz", 1184, _MICROS.map(lambda m: _stamp(m) + "+00")),
+    ("txt", 25, st.text()),
+    ("num", 1700, st.decimals(allow_nan=False, places=2).map(str)),
+    ("js", 3802, st.just('{"a": [1, 2]}')),
+    ("u", 2950, st.uuids().map(str)),
+]
+NAMES = [name for name, _, _ in COLUMNS]
+
+
+def _table(
+    columns: list[tuple[str, int, Any]] = COLUMNS, key: tuple[str, ...] = ("id",)
+) -> PgTable:
+    schema = TableSchema(
+        "public.t",
+        1,
+        tuple(Column(n, column_kind(oid)[0], n not in key, "t") for n, oid, _ in columns),
+        key,
+    )
+    return PgTable("public.t", RowCodec(schema), [column_kind(oid)[1] for _, oid, _ in columns])
+
+
+def _tuple(values: list[str | None]) -> bytes:
+    out = [struct.pack(">h", len(values))]
+    for value in values:
+        if value is None:
+            out.append(b"n")
+        elif value == "<toast>":
+            out.append(b"u")
+        else:
+            data = value.encode()
+            out.append(b"t" + struct.pack(">I", len(data)) + data)
+    return b"".join(out)
+
+
+def _message(values: list[str | None], update: bool = False) -> bytes:
+    return (b"U" if update else b"I") + struct.pack(">I", 16384) + b"N" + _tuple(values)
+
+
+def _row_path(table: PgTable, payload: bytes) -> list[bytes]:
+    """What capture's row path makes of an Insert or a new-tuple-only Update."""
+    try:
+        return table.fast(payload[0], payload)
+    except Slow:
+        change = pgoutput.parse(payload)
+        assert isinstance(change, pgoutput.Change) and change.new is not None
+        new = table.values(change.new, "new row")
+        return [table.event(OP_C if payload[:1] == b"I" else OP_U, None, new)]
+
+
+rows = st.lists(
+    st.tuples(
+        st.booleans(),  # an update
+        *(values if n == "id" else st.one_of(st.none(), values) for n, _, values in COLUMNS),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=rows)
+def test_a_run_gives_the_row_paths_events_byte_for_byte(rows: list[tuple[Any, ...]]) -> None:
+    table = _table()
+    assert table.runs is not None
+    payloads = [_message(list(values), update) for update, *values in rows]
+    try:
+        expected = [event for payload in payloads for event in _row_path(table, payload)]
+    except DecodeError:  # a text the row path refuses: the run path hands it back too
+        assert table.runs.events(payloads) is None
+        return
+    assert table.runs.events(payloads) == expected
+
+
+_PLAIN = "1|2|1.5|2024-01-02|2024-01-02 03:04:05|2024-01-02 03:04:05+00|x|1.00|{}|" + str(
+    uuid.UUID(int=7)
+)
+
+
+def _plain(n: int) -> list[str | None]:
+    return [str(n), *_PLAIN.split("|")]
+
+
+@pytest.mark.parametrize(
+    ("column", "text", "why"),
+    [
+        ("d", "infinity", "a date without a calendar day: the row path makes it null"),
+        ("ts", "-infinity", "likewise for a timestamp"),
+        ("d", "0044-03-15 BC", "a BC date"),
+        ("txt", "<toast>", "an unchanged TOASTed value"),
+        ("id", None, "a null in a column that allows none"),
+    ],
+)
+def test_what_the_run_path_cannot_take_exactly_goes_back_to_the_row_path(
+    column: str, text: str | None, why: str
+) -> None:
+    table = _table()
+    assert table.runs is not None
+    values = [_plain(n) for n in range(100)]
+    values[57][NAMES.index(column)] = text
+    assert table.runs.events([_message(v) for v in values]) is None, why
+
+
+def test_messages_the_run_path_does_not_read_go_back_to_the_row_path() -> None:
+    table = _table()
+    assert table.runs is not None
+    good = [_message(_plain(n)) for n in range(100)]
+    old_key = b"U" + struct.pack(">I", 16384) + b"K" + _tuple(["1"] + [None] * 10) + good[1][5:]
+    short = good[3][:-4]
+    other_count = b"I" + struct.pack(">I", 16384) + b"N" + _tuple(_plain(1)[:-1])
+    for odd in (old_key, short, other_count, b"D" + good[5][1:]):
+        assert table.runs.events([*good[:50], odd, *good[50:]]) is None
+    assert table.runs.events(good) == [e for p in good for e in _row_path(table, p)]
+
+
+def test_tables_with_kinds_outside_the_run_path_have_none() -> None:
+    assert _table([("id", 20, None), ("at", 1083, None)]).runs is None  # time
+    assert _table([("id", 20, None), ("b", 16, None)]).runs is None  # boolean
+    assert _table([("id", 20, None), ("ai", 1007, None)]).runs is None  # int[] (JSON text)
+    assert _table([("id", 20, None), ("v", 25, None)], key=()).runs is None  # no key
+    assert isinstance(_table().runs, RunTranscoder)
