@@ -224,7 +224,14 @@ class PostgresCapture:
             if run:
                 self._changes(run, events)
                 run = []
+            tag = payload[0]
+            if tag == 66:  # Begin: nothing capture needs (the Commit has the positions)
+                continue
             self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
+            if tag == 67:  # Commit
+                self._commit(pgoutput.commit(payload), events)
+                events = []
+                continue
             parsed = pgoutput.parse(payload)
             if isinstance(parsed, pgoutput.Relation):
                 self._relations[parsed.relid] = self._describe(parsed)
@@ -234,9 +241,6 @@ class PostgresCapture:
                     table = self._relations.get(relid_)
                     if table is not None and table.source not in stopped:
                         events.append(table.truncate_event())
-            elif isinstance(parsed, pgoutput.Commit):
-                self._commit(parsed, events)
-                events = []
 
     def _changes(self, run: list[Any], events: list[bytes]) -> None:
         """The events of a run of one relation's change messages: at once when the run is
@@ -260,16 +264,18 @@ class PostgresCapture:
                     return
 
     def _commit(self, commit: pgoutput.Commit, events: list[bytes]) -> None:
+        stats = self.stats
+        now_ms = int(time.time() * 1000)
         if events:
             self.settings.sink(CapturedWindow(commit.end_lsn, commit.ts_micros // 1000, events))
             self._delivered = commit.end_lsn
-            self.stats.windows += 1
-            self.stats.events += len(events)
-            self.stats.last_commit_ms = commit.ts_micros // 1000
-            self.stats.last_receive_ms = int(time.time() * 1000)
-        self.stats.last_seen_ms = int(time.time() * 1000)
-        self.stats.last_scn = commit.end_lsn
-        self.stats.source_end_scn = max(self.stats.source_end_scn, commit.end_lsn)
+            stats.windows += 1
+            stats.events += len(events)
+            stats.last_commit_ms = commit.ts_micros // 1000
+            stats.last_receive_ms = now_ms
+        stats.last_seen_ms = now_ms
+        stats.last_scn = commit.end_lsn
+        stats.source_end_scn = max(stats.source_end_scn, commit.end_lsn)
 
     def _feedback(self, cur: Any, confirmed: int, idle: bool) -> int:
         """Confirm the slot up to what the relay persisted. Between transactions, ask the

@@ -127,6 +127,18 @@ def read_tuple(data: bytes, pos: int) -> tuple[Tuple, int]:
     return values, pos
 
 
+_COMMIT = struct.Struct(">xbqqq")
+
+
+def commit(message: bytes) -> Commit:
+    """A Commit message ('C'), the one every transaction ends with, without ``parse``."""
+    try:
+        _flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(message)
+    except struct.error as exc:
+        raise DecodeError(f"pgoutput: a b'C' message is corrupt or cut ({exc})") from None
+    return Commit(commit_lsn, end_lsn, ts + PG_EPOCH_MICROS)
+
+
 def parse(message: bytes) -> Relation | Change | Commit | Truncate | None:
     """One pgoutput message; None for the ones capture does not need (Begin, Origin, Type)."""
     tag = message[:1]
