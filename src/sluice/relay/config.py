@@ -29,6 +29,10 @@ class RelayConfig(SluiceSettings):
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     long_poll_ms: int = Field(default=10_000, ge=0, le=300_000)
     capture_queue: int = Field(default=256, ge=1)
+    # At most one flush of the buffer and its state file per this many ms: a crash makes the
+    # relay read at most this much again from the source, never lose it (single-row
+    # transactions would otherwise flush once per handful of windows).
+    persist_interval_ms: int = Field(default=100, ge=0, le=60_000)
     # Streams served at once; more get a fast 503 with Retry-After (/healthz, /stats exempt).
     max_clients: int = Field(default=1000, ge=1)
     # A connection without a complete request after this long is closed (slowloris, idle

@@ -46,6 +46,6 @@ class Handoff(Generic[T]):
             items = []
             while self._items:
                 items.append(self._items.popleft())
-                self._slots.release()
             if items:
+                self._slots.release(len(items))  # one wake-up of a blocked producer
                 return items

@@ -272,6 +272,7 @@ class Relay(AsyncComponent):
             self.task_errors.pop("persist", None)
             if self._capture is not None:  # the source may release its log up to here
                 await asyncio.to_thread(self._capture.on_persisted, scn)
+            await asyncio.sleep(self.config.persist_interval_ms / 1000)
 
     # -- observability -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
