@@ -361,7 +361,7 @@ def test_large_transactions_take_the_bulk_path_and_give_the_row_paths_bytes(
         cur.execute(
             "CREATE TABLE bulk (id bigint PRIMARY KEY, a int, s smallint, f double precision, "
             "d date, ts timestamp, tz timestamptz, v varchar(20), n numeric(12,3), j jsonb, "
-            "u uuid)"
+            "u uuid, b boolean)"
         )
     with RelayThread(_config(postgres, pg_database, ["public.bulk"], tmp_path / "r")) as relay:
         start = get_json(relay.url + "/stats")["min_scn"]
@@ -370,9 +370,9 @@ def test_large_transactions_take_the_bulk_path_and_give_the_row_paths_bytes(
                 "INSERT INTO bulk SELECT g, g * 7 - 3000, g % 32000, g / 7.0, "
                 "date '2000-02-28' + g, timestamp '1999-12-31 23:59:59.5' + g * interval '1.25 s', "
                 "now() - g * interval '1 day', 'ä ' || g, g / 3.0, jsonb_build_object('g', g), "
-                "md5(g::text)::uuid FROM generate_series(-500, 500) g"
+                "md5(g::text)::uuid, g % 2 = 0 FROM generate_series(-500, 500) g"
             )
-            cur.execute("UPDATE bulk SET f = 'NaN', v = NULL, a = NULL WHERE id % 3 = 0")
+            cur.execute("UPDATE bulk SET f = 'NaN', v = NULL, a = NULL, b = NULL WHERE id % 3 = 0")
             cur.execute("UPDATE bulk SET f = '-Infinity', ts = NULL WHERE id % 3 = 1")
             # a run with a date the bulk path cannot take (infinity: null) goes row by row
             cur.execute("UPDATE bulk SET d = 'infinity' WHERE id = 17")
@@ -383,13 +383,13 @@ def test_large_transactions_take_the_bulk_path_and_give_the_row_paths_bytes(
     assert mismatches == []
     assert taken == [1001, 333, 167] and handed_back == [100]  # id % 3 = 1: positive ids
     with conn.cursor() as cur:
-        cur.execute("SELECT id, a, s, v, d IS NULL OR d = 'infinity' FROM bulk")
-        truth = {json.dumps({"id": i}): (a, s, v, no_day) for i, a, s, v, no_day in cur}
+        cur.execute("SELECT id, a, s, v, b, d IS NULL OR d = 'infinity' FROM bulk")
+        truth = {json.dumps({"id": i}): rest for i, *rest in cur}
     rows = replica.rows["public.bulk"]
     assert len(rows) == len(truth) == 1001
-    for key, (a, s, v, no_day) in truth.items():
+    for key, expected in truth.items():
         row = rows[key.replace(" ", "")]
-        assert (row["a"], row["s"], row["v"], row["d"] is None) == (a, s, v, no_day), key
+        assert [row["a"], row["s"], row["v"], row["b"], row["d"] is None] == expected, key
     conn.close()
 
 

@@ -25,6 +25,7 @@ KINDS: list[tuple[str, str, pa.DataType, Any, int, int]] = [
     ("string", "varchar(40)", pa.string(), st.text(), 0, 0),
     ("json", "json", pa.string(), st.text(), 0, 0),
     ("bytes", "varbinary(8)", pa.binary(), st.binary(), 0, 0),
+    ("bool", "boolean", pa.bool_(), st.booleans(), 0, 0),
 ]
 
 
@@ -40,7 +41,7 @@ def _filled(kind: tuple[Any, ...], value: Any) -> Any:
     """A value for a NOT NULL column where the example drew None."""
     if value is not None:
         return value
-    return {pa.string(): "", pa.binary(): b"", pa.float64(): 0.0}.get(kind[2], 0)
+    return {pa.string(): "", pa.binary(): b"", pa.float64(): 0.0, pa.bool_(): False}.get(kind[2], 0)
 
 
 def _canonical(kind: str, value: Any, scale: int) -> Any:
@@ -81,10 +82,11 @@ def test_payloads_and_keys_equal_the_row_encoder(rows: list[tuple[Any, ...]]) ->
         assert encoder.keys(columns).to_pylist() == [codec.key_text(r) for r in canonical]
 
 
-@pytest.mark.parametrize("key", [("c6",), ("c1", "c6"), ("c0", "c7"), ("c2", "c3")])
+@pytest.mark.parametrize("key", [("c6",), ("c1", "c6"), ("c0", "c7"), ("c2", "c3"), ("c0", "c9")])
 def test_keys_of_every_key_kind(key: tuple[str, ...]) -> None:
     schema = _schema(False, key)
     row = [7, 19_000, -5, 1_700_000_000_000_123, 2.5, 12345, 'a "quoted" é', "{}", b"\x00\xff"]
+    row.append(True)
     columns = [pa.array([v], a) for v, (_, _, a, _, _, _) in zip(row, KINDS, strict=True)]
     canonical = [_canonical(k, v, s) for v, (k, _, _, _, _, s) in zip(row, KINDS, strict=True)]
     assert ArrowEncoder(schema).keys(columns).to_pylist() == [RowCodec(schema).key_text(canonical)]

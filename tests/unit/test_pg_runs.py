@@ -55,6 +55,7 @@ COLUMNS: list[tuple[str, int, Any]] = [
     ("num", 1700, st.decimals(allow_nan=False, places=2).map(str)),
     ("js", 3802, st.just('{"a": [1, 2]}')),
     ("u", 2950, st.uuids().map(str)),
+    ("b", 16, st.sampled_from(["t", "f"])),
 ]
 NAMES = [name for name, _, _ in COLUMNS]
 
@@ -123,8 +124,8 @@ def test_a_run_gives_the_row_paths_events_byte_for_byte(rows: list[tuple[Any, ..
     assert table.runs.events(payloads) == expected
 
 
-_PLAIN = "1|2|1.5|2024-01-02|2024-01-02 03:04:05|2024-01-02 03:04:05+00|x|1.00|{}|" + str(
-    uuid.UUID(int=7)
+_PLAIN = "1|2|1.5|2024-01-02|2024-01-02 03:04:05|2024-01-02 03:04:05+00|x|1.00|{}|" + (
+    f"{uuid.UUID(int=7)}|t"
 )
 
 
@@ -156,9 +157,16 @@ def test_messages_the_run_path_does_not_read_go_back_to_the_row_path() -> None:
     table = _table()
     assert table.runs is not None
     good = [_message(_plain(n)) for n in range(100)]
-    old_key = b"U" + struct.pack(">I", 16384) + b"K" + _tuple(["1"] + [None] * 10) + good[1][5:]
+    old_key = (
+        b"U"
+        + struct.pack(">I", 16384)
+        + b"K"
+        + _tuple(["1"] + [None] * (len(COLUMNS) - 1))
+        + good[1][5:]
+    )
     short = good[3][:-4]
     other_count = b"I" + struct.pack(">I", 16384) + b"N" + _tuple(_plain(1)[:-1])
+    assert len(_plain(1)) == len(COLUMNS)
     for odd in (old_key, short, other_count, b"D" + good[5][1:]):
         assert table.runs.events([*good[:50], odd, *good[50:]]) is None
     assert table.runs.events(good) == [e for p in good for e in _row_path(table, p)]
@@ -166,7 +174,7 @@ def test_messages_the_run_path_does_not_read_go_back_to_the_row_path() -> None:
 
 def test_tables_with_kinds_outside_the_run_path_have_none() -> None:
     assert _table([("id", 20, None), ("at", 1083, None)]).runs is None  # time
-    assert _table([("id", 20, None), ("b", 16, None)]).runs is None  # boolean
+    assert _table([("id", 20, None), ("by", 17, None)]).runs is None  # bytea (hex text)
     assert _table([("id", 20, None), ("ai", 1007, None)]).runs is None  # int[] (JSON text)
     assert _table([("id", 20, None), ("v", 25, None)], key=()).runs is None  # no key
     assert isinstance(_table().runs, RunTranscoder)

@@ -32,7 +32,7 @@ from sluice.schemas.columns import KIND
 # this module writes. The rest (FLOAT's shortest float32, SET, BIT, TIME...) take the row path.
 ARROW_KINDS = frozenset(
     {"int", "date", "datetime", "timestamp", "double", "decimal", "string", "enum", "json"}
-    | {"uuid", "inet6", "bytes"}
+    | {"uuid", "inet6", "bytes", "bool"}
 )
 _INT_KEY_KINDS = frozenset({"int"})
 MAX_DECIMAL_PRECISION = 18  # unscaled values fit an int64
@@ -102,6 +102,8 @@ def zigzag(values: np.ndarray) -> np.ndarray:
 
 
 def _ints(arr: pa.Array) -> np.ndarray:
+    if pa.types.is_boolean(arr.type):  # a bool is the long 0 or 1
+        arr = arr.cast(pa.int64())
     return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 

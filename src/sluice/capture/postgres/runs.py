@@ -5,8 +5,8 @@ The per-row transcoder costs ~4-5 us per 11-column row in Python. A run of N suc
 is read with numpy instead: each column's tag and length are found for every row at once
 (the offsets of column k follow from those of column k-1), each column's text becomes one
 Arrow array, Arrow's casts parse it (exact: ``int``, ``float`` and ISO dates and timestamps,
-as the row path's converters), ``schemas/arrow_encoder`` writes the Avro payloads and the
-canonical keys, and the event frames are joined by Arrow too.
+as the row path's converters; booleans by ``= 't'``), ``schemas/arrow_encoder`` writes the
+Avro payloads and the canonical keys, and the event frames are joined by Arrow too.
 
 Anything this path does not take exactly (an unchanged TOASTed value, a null in a column
 that allows none, a text a cast refuses such as ``infinity`` or a BC date, a shape it does
@@ -54,7 +54,12 @@ def _as_is(text: pa.Array) -> pa.Array:
     return text
 
 
+def _bool(text: pa.Array) -> pa.Array:
+    return pc.equal(text, pa.scalar("t"))  # as the row path: "t" is true, the rest false
+
+
 _PARSERS: dict[tuple[str, Any], _Parse] = {
+    ("bool", column_kind(16)[1]): _bool,
     ("int", int): _cast(pa.int64()),
     ("double", float): _cast(pa.float64()),
     ("date", column_kind(1082)[1]): _cast(pa.date32(), pa.int32()),
