@@ -28,6 +28,15 @@ ALIGN = 8
 
 _WINDOW_HEADER = struct.Struct("<4sIQQQII")
 EVENT_HEADER = struct.Struct("<IIBBH")
+# The same layout as numpy dtype fields (``np.dtype(EVENT_HEADER_FIELDS)``), for the readers
+# and writers of many events at once: size, key hash, op, source name length, schema version.
+EVENT_HEADER_FIELDS = [
+    ("size", "<u4"),
+    ("hash", "<u4"),
+    ("op", "u1"),
+    ("src", "u1"),
+    ("ver", "<u2"),
+]
 _HEARTBEAT = struct.Struct("<4sIQQ")
 _LEN_AT = struct.Struct("<4sI")
 WINDOW_HEADER_SIZE = _WINDOW_HEADER.size

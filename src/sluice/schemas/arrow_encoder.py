@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
+from zlib import crc32
 
 import numpy as np
 import pyarrow as pa
@@ -241,6 +242,13 @@ class ArrowEncoder:
             for row in zip(*values, strict=True)
         ]
         return pa.array(texts, pa.string())
+
+
+def key_hashes(keys: pa.Array) -> np.ndarray:
+    """The key hash of each canonical key text (``ArrowEncoder.keys``): its CRC-32, as every
+    event's header holds it."""
+    texts = keys.cast(pa.binary()).to_pylist()
+    return np.fromiter(map(crc32, texts), dtype=np.uint32, count=len(texts))
 
 
 def _json_name(name: str) -> str:

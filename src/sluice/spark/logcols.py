@@ -27,7 +27,7 @@ KeyReader = Callable[[bytes], str]
 _HS = wire.EVENT_HEADER_SIZE
 _WS = wire.WINDOW_HEADER_SIZE
 _SIZE = struct.Struct("<I").unpack_from
-_HEADER = np.dtype([("size", "<u4"), ("hash", "<u4"), ("op", "u1"), ("src", "u1"), ("ver", "<u2")])
+_HEADER = np.dtype(wire.EVENT_HEADER_FIELDS)
 _OP_CODES = np.array(sorted(ord(op) for op in OPS), dtype=np.uint8)
 _OP_NAMES = pa.array([chr(c) for c in range(max(_OP_CODES) + 1)], pa.string())
 _DELETE, _NO_IMAGE = ord("d"), 0

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
-from zlib import crc32
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +22,7 @@ import pyarrow as pa
 from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, snapshot_batch, write_chunk
 from sluice.capture.seeding import JdbcChunks
 from sluice.errors import SourceError
-from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable
+from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable, key_hashes
 
 log = logging.getLogger(__name__)
 RESULT_DDL = "source string, chunk int, scn long, rows long, seconds double"
@@ -98,8 +97,7 @@ class _ChunkWriter:
             log.info("chunk left to the row path: %s", exc)
             raise _Skip from None
         keys = encoder.keys(columns)
-        texts = keys.cast(pa.binary()).to_pylist()
-        hashes = pa.array(np.fromiter(map(crc32, texts), dtype=np.int64, count=len(texts)))
+        hashes = pa.array(key_hashes(keys).astype(np.int64))
         if scn != self._scn(batch):
             raise SourceError("a chunk's rows came from two snapshots")
         return snapshot_batch(encoder.schema, scn, keys, hashes, payloads)

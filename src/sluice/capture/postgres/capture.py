@@ -201,7 +201,7 @@ class PostgresCapture:
     def _pump(self, cur: Any) -> None:
         events: list[bytes] = []
         run: list[Any] = []  # consecutive change messages of one relation, not yet transcoded
-        relid = b""
+        run_relid = b""  # the run's relation, as the message's 4 bytes
         confirmed = 0
         while not self._stop.is_set():
             message = cur.read_message()
@@ -215,10 +215,10 @@ class PostgresCapture:
                 continue
             payload = message.payload
             if payload[0] in CHANGE_TAGS:
-                if payload[1:5] != relid and run:
+                if payload[1:5] != run_relid and run:
                     self._changes(run, events)
                     run = []
-                relid = payload[1:5]
+                run_relid = payload[1:5]
                 run.append(message)
                 continue
             if run:
@@ -237,8 +237,8 @@ class PostgresCapture:
                 self._relations[parsed.relid] = self._describe(parsed)
             elif isinstance(parsed, pgoutput.Truncate):
                 stopped = self.stats.stopped_sources  # survives reconnects
-                for relid_ in parsed.relids:  # every row of the table is gone: one t event
-                    table = self._relations.get(relid_)
+                for relid in parsed.relids:  # every row of the table is gone: one t event
+                    table = self._relations.get(relid)
                     if table is not None and table.source not in stopped:
                         events.append(table.truncate_event())
 

@@ -147,9 +147,7 @@ def parse(message: bytes) -> Relation | Change | Commit | Truncate | None:
         if tag in (b"I", b"U", b"D"):
             return _change(tag.decode(), r)
         if tag == b"C":
-            r.i8()  # flags
-            commit_lsn, end_lsn, ts = r.i64(), r.i64(), r.i64()
-            return Commit(commit_lsn, end_lsn, ts + PG_EPOCH_MICROS)
+            return commit(message)
         if tag == b"R":
             return _relation(r)
         if tag == b"T":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
-from zlib import crc32
 
 import numpy as np
 import pyarrow as pa
@@ -28,13 +27,12 @@ import pyarrow.compute as pc
 from sluice.capture.postgres.types import column_kind, same_text
 from sluice.core import wire
 from sluice.schemas import TableSchema
-from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable, arrow_encodable
+from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable, arrow_encodable, key_hashes
 
 MIN_RUN = 64  # shorter runs: the per-row path is as fast (numpy's fixed costs)
 _TEXT = frozenset({"string", "json", "uuid", "enum", "inet6"})
 _I, _U, _N, _T, _NULL = 73, 85, 78, 116, 110
-_HEADER = np.dtype([("size", "<u4"), ("hash", "<u4"), ("op", "u1"), ("nlen", "u1"), ("v", "<u2")])
-assert _HEADER.itemsize == wire.EVENT_HEADER_SIZE
+_HEADER = np.dtype(wire.EVENT_HEADER_FIELDS)
 
 # A column's text -> its canonical values, by the kind and the row path's converter. The text
 # is typed string but not checked for UTF-8 (a cast that parses it refuses what is not); a
@@ -80,7 +78,6 @@ class RunTranscoder:
     def __init__(self, schema: TableSchema, parsers: list[_Parse], name: bytes) -> None:
         self._encoder = ArrowEncoder(schema)
         self._parsers = parsers
-        self._keys = {i for i, _, _ in self._encoder.key}
         self._name = pa.scalar(name, pa.binary())
         self._fixed = wire.EVENT_HEADER_SIZE + len(name)
         self._nlen = len(name)
@@ -124,10 +121,10 @@ class RunTranscoder:
         rows = len(payload)
         head = np.empty(rows, dtype=_HEADER)
         head["size"] = self._fixed + pc.binary_length(payload).to_numpy(zero_copy_only=False)
-        head["hash"] = np.fromiter(map(crc32, keys.cast(pa.binary()).to_pylist()), np.uint32)
+        head["hash"] = key_hashes(keys)
         head["op"] = np.where(inserts, ord("c"), ord("u"))
-        head["nlen"] = self._nlen
-        head["v"] = self._version
+        head["src"] = self._nlen
+        head["ver"] = self._version
         size = wire.EVENT_HEADER_SIZE
         headers = pa.FixedSizeBinaryArray.from_buffers(
             pa.binary(size), rows, [None, pa.py_buffer(head.view(np.uint8))]
@@ -194,6 +191,6 @@ def _texts(buf: np.ndarray, columns: list[_Column]) -> list[pa.Array]:
         nulls = rows - int(np.count_nonzero(valid))
         bitmap = None if nulls == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
         # a column's offsets are a slice of the joint ones (Arrow's need not start at 0)
-        buffers = [bitmap, pa.py_buffer(offsets32[k * rows : (k + 1) * rows + 1]), data]
-        out.append(pa.StringArray.from_buffers(rows, *buffers[1:], buffers[0], nulls))
+        offsets_k = pa.py_buffer(offsets32[k * rows : (k + 1) * rows + 1])
+        out.append(pa.StringArray.from_buffers(rows, offsets_k, data, bitmap, nulls))
     return out
