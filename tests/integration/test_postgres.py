@@ -380,7 +380,10 @@ def test_large_transactions_take_the_bulk_path_and_give_the_row_paths_bytes(
         replica = ReplicaConsumer()
         consume(relay.url, replica, since_scn=start)
     assert mismatches == []
-    assert taken == [1001, 333, 167] and handed_back == [100]  # id % 3 = 1: positive ids
+    # Transactions read in one go make one run; a run refused is tried again window by
+    # window, so only the windows holding the infinity date go row by row (id % 3 = 1: the
+    # third update has 167 rows).
+    assert sum(taken) == 1001 + 333 + 167 and handed_back[-1] == 100
     with conn.cursor() as cur:
         cur.execute("SELECT id, a, s, v, b, d IS NULL OR d = 'infinity' FROM bulk")
         truth = {json.dumps({"id": i}): rest for i, *rest in cur}
@@ -389,6 +392,70 @@ def test_large_transactions_take_the_bulk_path_and_give_the_row_paths_bytes(
     for key, expected in truth.items():
         row = rows[key.replace(" ", "")]
         assert [row["a"], row["s"], row["v"], row["b"], row["d"] is None] == expected, key
+    conn.close()
+
+
+def test_a_backlog_of_small_transactions_is_read_in_runs_and_keeps_its_windows(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Transactions read in one go (a relay catching up) make runs that span windows, which
+    the bulk path transcodes at once; every window still holds exactly its own transaction's
+    events, in commit order, with a window the bulk path refuses, a transaction over two
+    tables and a TRUNCATE among them."""
+    from sluice.capture.postgres.runs import RunTranscoder
+
+    taken: list[int] = []
+    bulk = RunTranscoder.events
+
+    def counted(self: RunTranscoder, payloads: list[bytes]) -> list[bytes] | None:
+        out = bulk(self, payloads)
+        if out is not None:
+            taken.append(len(payloads))
+        return out
+
+    monkeypatch.setattr(RunTranscoder, "events", counted)
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE small (id bigint PRIMARY KEY, a int, v varchar(20), d date)")
+        cur.execute("CREATE TABLE side (id int PRIMARY KEY)")
+    config = _config(postgres, pg_database, ["public.small", "public.side"], tmp_path / "r")
+    with RelayThread(config) as relay:  # makes the slot; the workload then waits in it
+        start = get_json(relay.url + "/stats")["min_scn"]
+    expected: list[list[tuple[str, str, int | None]]] = []
+    with conn.cursor() as cur:
+        for i in range(600):
+            if i % 150 == 75:  # one transaction, two tables: the run of small is cut by it
+                cur.execute("BEGIN")
+                cur.execute(f"INSERT INTO small VALUES ({i}, {i}, 'v{i}', '2024-01-01')")
+                cur.execute(f"INSERT INTO side VALUES ({i})")
+                cur.execute(f"INSERT INTO small VALUES ({i + 10_000}, 0, NULL, NULL)")
+                cur.execute("COMMIT")
+                expected.append([("small", "c", i), ("side", "c", i), ("small", "c", i + 10_000)])
+            elif i == 300:  # the bulk path refuses infinity: its window goes row by row
+                cur.execute(f"INSERT INTO small VALUES ({i}, {i}, 'inf', 'infinity')")
+                expected.append([("small", "c", i)])
+            elif i == 450:
+                cur.execute("TRUNCATE side")
+                expected.append([("side", "t", None)])
+            else:
+                cur.execute(f"INSERT INTO small VALUES ({i}, {i * 3}, 'v{i}', '2024-01-01')")
+                expected.append([("small", "c", i)])
+    with RelayThread(config.model_copy(update={"since_scn": start})) as relay:
+        _caught_up(relay.url, conn)
+        recorder = RecordingConsumer()
+        consume(relay.url, recorder, since_scn=start)
+    got = [
+        [(e.source.split(".")[1], e.op, e.key["id"] if e.key else None) for e in w.events]
+        for w in recorder.windows
+    ]
+    assert got == expected
+    scns = [w.scn for w in recorder.windows]
+    assert scns == sorted(set(scns))
+    # one or two rows of small per transaction: a run of more than 64 spans windows
+    assert taken and max(taken) > 64
+    by_id = {e.key["id"]: e.after for e in recorder.events if e.source == "public.small"}
+    assert by_id[299] == {"id": 299, "a": 897, "v": "v299", "d": "2024-01-01"}
+    assert by_id[300]["d"] is None and by_id[10_075] == {"id": 10_075, "a": 0, "v": None, "d": None}
     conn.close()
 
 

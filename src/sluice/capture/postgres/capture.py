@@ -199,14 +199,15 @@ class PostgresCapture:
             self._meta.close()
 
     def _pump(self, cur: Any) -> None:
-        events: list[bytes] = []
-        run: list[Any] = []  # consecutive change messages of one relation, not yet transcoded
-        run_relid = b""  # the run's relation, as the message's 4 bytes
+        pending = _Pending()
         confirmed = 0
-        while not self._stop.is_set():
-            message = cur.read_message()
-            if message is None:
-                confirmed = self._feedback(cur, confirmed, idle=not events and not run)
+        read, stopping, commit_end = cur.read_message, self._stop.is_set, pgoutput.commit_end
+        while not stopping():
+            message = read()
+            if message is None:  # all that arrived is read: deliver what it made
+                self._deliver(pending)
+                idle = not pending.events and not pending.run  # no transaction open
+                confirmed = self._feedback(cur, confirmed, idle)
                 self._slot_details(confirmed)
                 ready, _, _ = select.select([cur], [], [], 0.5)
                 if ready:  # the server said something (at least the keepalive asked for
@@ -214,24 +215,22 @@ class PostgresCapture:
                     self.stats.last_seen_ms = int(time.time() * 1000)
                 continue
             payload = message.payload
-            if payload[0] in CHANGE_TAGS:
-                if payload[1:5] != run_relid and run:
-                    self._changes(run, events)
-                    run = []
-                run_relid = payload[1:5]
-                run.append(message)
-                continue
-            if run:
-                self._changes(run, events)
-                run = []
             tag = payload[0]
+            if tag in CHANGE_TAGS:
+                if payload[1:5] != pending.relid or len(pending.run) >= MAX_RUN:
+                    self._changes(pending)
+                    pending.relid = payload[1:5]
+                pending.run.append(message)
+                continue
             if tag == 66:  # Begin: nothing capture needs (the Commit has the positions)
                 continue
-            self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
-            if tag == 67:  # Commit
-                self._commit(pgoutput.commit(payload), events)
-                events = []
+            if tag == 67:  # Commit (delivering its window records the positions)
+                pending.commit(*commit_end(payload))
+                if len(pending.windows) >= MAX_WINDOWS:
+                    self._deliver(pending)
                 continue
+            self.stats.source_end_scn = max(self.stats.source_end_scn, message.wal_end)
+            self._changes(pending)  # a Relation may change the run's table: transcode first
             parsed = pgoutput.parse(payload)
             if isinstance(parsed, pgoutput.Relation):
                 self._relations[parsed.relid] = self._describe(parsed)
@@ -240,42 +239,73 @@ class PostgresCapture:
                 for relid in parsed.relids:  # every row of the table is gone: one t event
                     table = self._relations.get(relid)
                     if table is not None and table.source not in stopped:
-                        events.append(table.truncate_event())
+                        pending.events.append(table.truncate_event())
 
-    def _changes(self, run: list[Any], events: list[bytes]) -> None:
-        """The events of a run of one relation's change messages: at once when the run is
-        long and the relation's columns allow it (``runs.py``), else row by row."""
+    def _deliver(self, pending: _Pending) -> None:
+        """Hand the committed windows read so far to the sink, in commit order."""
+        if not pending.windows:
+            return
+        self._changes(pending, committed=True)
+        stats, sink = self.stats, self.settings.sink
+        windows = events_count = 0
+        for end_lsn, ts_micros, events in pending.windows:
+            if events:
+                sink(CapturedWindow(end_lsn, ts_micros // 1000, events))
+                self._delivered = end_lsn
+                windows += 1
+                events_count += len(events)
+                stats.last_commit_ms = ts_micros // 1000
+            stats.last_scn = end_lsn  # where a reconnect resumes: after what was delivered
+        pending.windows = []
+        now_ms = int(time.time() * 1000)
+        stats.windows += windows
+        stats.events += events_count
+        if windows:
+            stats.last_receive_ms = now_ms
+        stats.last_seen_ms = now_ms
+        stats.source_end_scn = max(stats.source_end_scn, stats.last_scn)
+
+    def _changes(self, pending: _Pending, committed: bool = False) -> None:
+        """The events of the pending run of one relation's change messages (``committed``:
+        only its committed windows' part), into the windows they belong to."""
+        run, parts = pending.take_run(committed)
+        if not run:
+            return
         self.stats.source_end_scn = max(self.stats.source_end_scn, run[-1].wal_end)
         table = self._relations.get(int.from_bytes(run[0].payload[1:5], "big"))
-        stopped = self.stats.stopped_sources  # survives reconnects
-        if table is None or table.source in stopped:
+        if table is None or table.source in self.stats.stopped_sources:
             return
+        if len(parts) > 1 and len(run) >= MIN_RUN and table.runs is not None:
+            out = table.runs.events([message.payload for message in run])
+            if out is not None:  # one event per message
+                lo = 0
+                for hi, events in parts:
+                    events.extend(out[lo:hi])
+                    lo = hi
+                return
+        lo = 0  # window by window (a run the bulk path refused: only the window it was in)
+        for hi, events in parts:
+            if not self._transcode(table, run[lo:hi], events):
+                return
+            lo = hi
+
+    def _transcode(self, table: PgTable, run: list[Any], events: list[bytes]) -> bool:
+        """One window's part of a run into its events: at once when the run is long and the
+        relation's columns allow it (``runs.py``), else row by row. False: the table's
+        capture stopped (``on_decode_error``)."""
         if len(run) >= MIN_RUN and table.runs is not None:
             out = table.runs.events([message.payload for message in run])
             if out is not None:
-                events += out
-                return
+                events.extend(out)
+                return True
         for message in run:
             try:
-                events += self._fast_or_slow(table, message.payload)
+                events.extend(self._fast_or_slow(table, message.payload))
             except DecodeError as exc:
                 self._undecodable(exc, table, events, message.data_start)
-                if table.source in stopped:
-                    return
-
-    def _commit(self, commit: pgoutput.Commit, events: list[bytes]) -> None:
-        stats = self.stats
-        now_ms = int(time.time() * 1000)
-        if events:
-            self.settings.sink(CapturedWindow(commit.end_lsn, commit.ts_micros // 1000, events))
-            self._delivered = commit.end_lsn
-            stats.windows += 1
-            stats.events += len(events)
-            stats.last_commit_ms = commit.ts_micros // 1000
-            stats.last_receive_ms = now_ms
-        stats.last_seen_ms = now_ms
-        stats.last_scn = commit.end_lsn
-        stats.source_end_scn = max(stats.source_end_scn, commit.end_lsn)
+                if table.source in self.stats.stopped_sources:
+                    return False
+        return True
 
     def _feedback(self, cur: Any, confirmed: int, idle: bool) -> int:
         """Confirm the slot up to what the relay persisted. Between transactions, ask the
@@ -382,6 +412,47 @@ class PostgresCapture:
     def _undecodable(self, exc: DecodeError, table: PgTable, events: list[bytes], at: int) -> None:
         message = f"{exc} (WAL position {_lsn(at)})"
         undecodable(self.stats, self.settings.on_decode_error, table.source, message, events)
+
+
+# Longer runs cost more per row (cache misses) and hold more memory; shorter ones less often
+# take the bulk path.
+MAX_RUN = 4096
+# Committed windows held back while more messages wait to be read, so that many small
+# transactions of one table make one run: bounds the delay this adds (a few ms at most).
+MAX_WINDOWS = 512
+
+
+class _Pending:
+    """What the capture thread read but has not delivered: committed windows, the open
+    transaction's events, and the run of one relation's change messages not yet transcoded,
+    which may span windows (``parts`` says where each ends)."""
+
+    def __init__(self) -> None:
+        self.windows: list[tuple[int, int, list[bytes]]] = []  # end LSN, time (us), events
+        self.events: list[bytes] = []  # the open transaction's
+        self.run: list[Any] = []
+        self.relid = b""  # the run's relation, as the message's 4 bytes
+        self._cuts: list[tuple[int, list[bytes]]] = []  # (end in run, its window's events)
+
+    def commit(self, end_lsn: int, ts_micros: int) -> None:
+        if self.run:  # (a window with none of the run's messages: an empty part, harmless)
+            self._cuts.append((len(self.run), self.events))
+        self.windows.append((end_lsn, ts_micros, self.events))
+        self.events = []
+
+    def take_run(self, committed: bool) -> tuple[list[Any], list[tuple[int, list[bytes]]]]:
+        """The run (``committed``: its committed windows' part; the open transaction's part
+        stays pending), and where each window's part of it ends, with its window's events."""
+        if not committed:
+            run, parts = self.run, [*self._cuts, (len(self.run), self.events)]
+            self.run = []
+        elif self._cuts:
+            parts = self._cuts
+            run, self.run = self.run[: parts[-1][0]], self.run[parts[-1][0] :]
+        else:
+            return [], []
+        self._cuts = []
+        return run, parts
 
 
 def _lsn(value: int) -> str:

@@ -139,6 +139,16 @@ def commit(message: bytes) -> Commit:
     return Commit(commit_lsn, end_lsn, ts + PG_EPOCH_MICROS)
 
 
+def commit_end(message: bytes) -> tuple[int, int]:
+    """A Commit message's end LSN and its time (microseconds since the Unix epoch): what
+    capture keeps of every transaction, without building a ``Commit``."""
+    try:
+        _flags, _commit_lsn, end_lsn, ts = _COMMIT.unpack_from(message)
+    except struct.error as exc:
+        raise DecodeError(f"pgoutput: a b'C' message is corrupt or cut ({exc})") from None
+    return end_lsn, ts + PG_EPOCH_MICROS
+
+
 def parse(message: bytes) -> Relation | Change | Commit | Truncate | None:
     """One pgoutput message; None for the ones capture does not need (Begin, Origin, Type)."""
     tag = message[:1]
