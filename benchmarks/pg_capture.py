@@ -10,7 +10,11 @@ the WAL and sends each pgoutput message with its own ``send()`` while the client
 client that sleeps 10 ms whenever the socket is drained lets messages pile up, so the
 walsender writes many per ``send()`` and its rate doubles (measured: 110k -> 215-290k rows/s
 on 1,000-row inserts, 35-47k -> 88k single-row transactions). When the walsender is busy
-the whole wall time even then, no client of the replication protocol can read faster."""
+the whole wall time even then, no client of the replication protocol can read faster. The
+same read in pgoutput's binary mode (the walsender skips the types' text output functions)
+shows that mode's ceiling too. ``server_limit_rows_per_s`` is the higher of the two, each
+scaled to a walsender busy the whole time: an upper bound on what any replication client
+could read."""
 
 from __future__ import annotations
 
@@ -46,6 +50,7 @@ ROWS = (
 READERS = (
     "sluice",
     "replication loop, no decoding (the server's ceiling)",
+    "replication loop, binary mode, no decoding",
     "psycopg2 pgoutput loop, typed values",
     "psycopg2 pgoutput loop, text values",
     "psycopg2 wal2json loop",
@@ -155,12 +160,30 @@ def _cpu_seconds(pid: int) -> float:
 
 # The walsender's CPU over the wall time of the last ceiling read, by workload.
 WALSENDER_BUSY: dict[int, float] = {}
+WALSENDER_BUSY_BINARY: dict[int, float] = {}
 
 
 def _server_ceiling(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
     """Counts Insert/Update messages and nothing else, reading in 10 ms bursts: the fastest
     the server sends at."""
-    conn, cur = _stream(pg, slot, {"proto_version": "1", "publication_names": "bench"})
+    return _ceiling_read(pg, slot, rows, {})
+
+
+def _server_ceiling_binary(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
+    """As ``_server_ceiling``, with pgoutput's binary mode (PostgreSQL 14+): the walsender
+    sends each value in its binary form, skipping the type's text output function."""
+    return _ceiling_read(pg, slot, rows, {"binary": "true"}, busy=WALSENDER_BUSY_BINARY)
+
+
+def _ceiling_read(
+    pg: PrivatePostgres,
+    slot: str,
+    rows: int,
+    extra: dict[str, str],
+    busy: dict[int, float] | None = None,
+) -> float:
+    options = {"proto_version": "1", "publication_names": "bench", **extra}
+    conn, cur = _stream(pg, slot, options)
     pid, cpu0 = _walsender_cpu(pg, slot)
     began = time.perf_counter()
     seen = 0
@@ -172,7 +195,7 @@ def _server_ceiling(pg: PrivatePostgres, slot: str, start: int, rows: int) -> fl
         if msg.payload[:1] in (b"I", b"U"):
             seen += 1
     elapsed = time.perf_counter() - began
-    WALSENDER_BUSY[rows] = (_cpu_seconds(pid) - cpu0) / elapsed
+    (WALSENDER_BUSY if busy is None else busy)[rows] = (_cpu_seconds(pid) - cpu0) / elapsed
     conn.close()
     return elapsed
 
@@ -304,7 +327,7 @@ def _pg_recvlogical(pg: PrivatePostgres, slot: str, start: int, rows: int) -> fl
     return elapsed
 
 
-def run(rows: int = 100_000, single: int = 20_000, repeat: int = 3) -> dict[str, Any]:
+def run(rows: int = 100_000, single: int = 20_000, repeat: int = 5) -> dict[str, Any]:
     results: dict[str, Any] = {}
     readers = dict(
         zip(
@@ -312,6 +335,7 @@ def run(rows: int = 100_000, single: int = 20_000, repeat: int = 3) -> dict[str,
             (
                 _sluice,
                 _server_ceiling,
+                _server_ceiling_binary,
                 _psycopg2_typed,
                 _psycopg2_pgoutput,
                 _psycopg2_wal2json,
@@ -330,12 +354,14 @@ def run(rows: int = 100_000, single: int = 20_000, repeat: int = 3) -> dict[str,
         ):
             runs: dict[str, list[float]] = {label: [] for label in readers}
             busy: list[float] = []  # the walsender's, in each round's ceiling read
+            busy_binary: list[float] = []  # and in its binary-mode read
             for round_ in range(repeat):
                 start = _load(pg, n, per_txn, update, round_)
                 order = list(enumerate(readers.items()))
                 for i, (label, fn) in order[round_:] + order[:round_]:
                     runs[label].append(fn(pg, f"s{round_}_{i}", start, n))
                 busy.append(WALSENDER_BUSY.pop(n))
+                busy_binary.append(WALSENDER_BUSY_BINARY.pop(n))
                 conn = pg.connect("bench")
                 conn.cursor().execute(
                     "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots"
@@ -350,9 +376,19 @@ def run(rows: int = 100_000, single: int = 20_000, repeat: int = 3) -> dict[str,
             text = measured["psycopg2 pgoutput loop, text values"]["rows_per_s"]
             measured["ratio_vs_psycopg2_text"] = round(measured["sluice"]["rows_per_s"] / text, 2)
             ceiling = measured[READERS[1]]["rows_per_s"]
-            # in the round where the ceiling read was fastest
+            # in the round where each ceiling read was fastest
             best = min(range(repeat), key=lambda r: runs[READERS[1]][r])
+            best_binary = min(range(repeat), key=lambda r: runs[READERS[2]][r])
             measured["walsender_busy"] = round(busy[best], 2)
+            measured["walsender_busy_binary"] = round(busy_binary[best_binary], 2)
+            # The most the server could send to any client: each ceiling read scaled to a
+            # walsender busy the whole time (an upper bound: the rest of its time it waited).
+            limit = max(
+                ceiling / busy[best],
+                measured[READERS[2]]["rows_per_s"] / busy_binary[best_binary],
+            )
+            measured["server_limit_rows_per_s"] = round(limit)
+            measured["server_limit_vs_psycopg2"] = round(limit / base, 2)
             measured["target_rows_per_s"] = 3 * base
             measured["sluice_vs_server_ceiling"] = round(
                 measured["sluice"]["rows_per_s"] / ceiling, 2

@@ -125,11 +125,15 @@ def _pg_target(rows: list[tuple[str, ...]], label: str, measured: dict[str, Any]
         text += (
             f" (3x = {_n(measured['target_rows_per_s'])} rows/s; the server sends at most "
             f"{_n(ceiling)} rows/s, its walsender {round(measured['walsender_busy'] * 100)}% "
-            f"busy; Sluice {measured['sluice_vs_server_ceiling']}x of that)"
+            f"busy; Sluice {measured['sluice_vs_server_ceiling']}x of that"
         )
-        # Only a walsender busy (nearly) the whole time shows the server's own limit.
-        server_bound = measured["walsender_busy"] >= 0.9
-        if ratio < 3 and measured["target_rows_per_s"] > ceiling and server_bound:
+        limit = measured.get("server_limit_rows_per_s")
+        if limit is not None:  # the ceiling reads (text and binary) scaled to 100% busy
+            text += f"; no client can read over {_n(limit)} rows/s, binary mode included"
+        else:  # results from before the binary read: only a busy walsender shows the limit
+            limit = ceiling if measured["walsender_busy"] >= 0.9 else None
+        text += ")"
+        if ratio < 3 and limit is not None and measured["target_rows_per_s"] > limit:
             met = "NO: above the server's ceiling"
     rows.append((label, text, met))
 
