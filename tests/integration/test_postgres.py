@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import urllib.request
@@ -456,6 +457,40 @@ def test_a_backlog_of_small_transactions_is_read_in_runs_and_keeps_its_windows(
     by_id = {e.key["id"]: e.after for e in recorder.events if e.source == "public.small"}
     assert by_id[299] == {"id": 299, "a": 897, "v": "v299", "d": "2024-01-01"}
     assert by_id[300]["d"] is None and by_id[10_075] == {"id": 10_075, "a": 0, "v": None, "d": None}
+    conn.close()
+
+
+def test_a_transaction_bigger_than_the_buffer_is_refused_as_it_is_read(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    """A transaction whose events cannot fit in the buffer is refused while its messages are
+    read, before it is held whole in memory; the windows before it are still served."""
+    conn = postgres.connect(pg_database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE huge (id int PRIMARY KEY, v text)")
+    config = _config(postgres, pg_database, ["public.huge"], tmp_path / "r", buffer_size=64 * 1024)
+    with RelayThread(config) as relay:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO huge VALUES (0, 'small')")
+            # ~20,000 events of ~130 bytes: ~2.6 MB, 40 times the buffer
+            cur.execute(
+                "INSERT INTO huge SELECT g, repeat('x', 100) FROM generate_series(1, 20000) g"
+            )
+        health: dict[str, Any] = {}
+
+        def unhealthy() -> bool:
+            nonlocal health
+            status, health = http_status(relay.url + "/healthz")
+            return status == 503
+
+        wait_for(unhealthy, 30, "the relay to report the refused transaction")
+        error = str(health["error"])
+        assert "--buffer-size" in error and "does not fit" in error
+        held = int(re.findall(r"more than (\d+) bytes", error)[0])
+        assert 64 * 1024 < held < 1_000_000  # refused after a run, not after all 20,000 rows
+        recorder = RecordingConsumer()
+        consume(relay.url, recorder)  # still serves what it holds
+        assert [e.key for e in recorder.events] == [{"id": 0}]
     conn.close()
 
 

@@ -58,6 +58,7 @@ from sluice.errors import (
     SourceConnectionError,
     SourceError,
     SourceSetupError,
+    WindowTooLarge,
     first_line,
 )
 from sluice.schemas import Column, TableSchema
@@ -219,6 +220,7 @@ class PostgresCapture:
             if tag in CHANGE_TAGS:
                 if payload[1:5] != pending.relid or len(pending.run) >= MAX_RUN:
                     self._changes(pending)
+                    self._check_size(pending)
                     pending.relid = payload[1:5]
                 pending.run.append(message)
                 continue
@@ -240,6 +242,17 @@ class PostgresCapture:
                     table = self._relations.get(relid)
                     if table is not None and table.source not in stopped:
                         pending.events.append(table.truncate_event())
+
+    def _check_size(self, pending: _Pending) -> None:
+        """Refuse a transaction whose events already outgrow the buffer, while it is read:
+        memory stays bounded by the buffer's size, not the transaction's."""
+        limit = self.settings.max_window_bytes
+        if limit is not None and pending.open_bytes() > limit:
+            raise WindowTooLarge(
+                f"a transaction of more than {pending.open_bytes()} bytes of events does not "
+                f"fit in the event buffer ({limit} bytes); raise --buffer-size",
+                scn=self.stats.last_scn,
+            )
 
     def _deliver(self, pending: _Pending) -> None:
         """Hand the committed windows read so far to the sink, in commit order."""
@@ -433,12 +446,24 @@ class _Pending:
         self.run: list[Any] = []
         self.relid = b""  # the run's relation, as the message's 4 bytes
         self._cuts: list[tuple[int, list[bytes]]] = []  # (end in run, its window's events)
+        self._bytes = self._counted = 0  # of the open transaction's events: see open_bytes
 
     def commit(self, end_lsn: int, ts_micros: int) -> None:
         if self.run:  # (a window with none of the run's messages: an empty part, harmless)
             self._cuts.append((len(self.run), self.events))
         self.windows.append((end_lsn, ts_micros, self.events))
         self.events = []
+        self._bytes = self._counted = 0
+
+    def open_bytes(self) -> int:
+        """The size of the open transaction's events so far (counted as they come)."""
+        events = self.events
+        if len(events) < self._counted:  # a stopped source's events were dropped
+            self._bytes = self._counted = 0
+        if len(events) > self._counted:
+            self._bytes += sum(map(len, events[self._counted :]))
+            self._counted = len(events)
+        return self._bytes
 
     def take_run(self, committed: bool) -> tuple[list[Any], list[tuple[int, list[bytes]]]]:
         """The run (``committed``: its committed windows' part; the open transaction's part
