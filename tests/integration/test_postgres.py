@@ -464,18 +464,19 @@ def test_a_transaction_bigger_than_the_buffer_is_refused_as_it_is_read(
     postgres: PrivatePostgres, pg_database: str, tmp_path: Path
 ) -> None:
     """A transaction whose events cannot fit in the buffer is refused while its messages are
-    read, before it is held whole in memory; the windows before it are still served."""
+    read, before it is held whole in memory; the windows before it, read in the same go, are
+    still served."""
     conn = postgres.connect(pg_database)
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE huge (id int PRIMARY KEY, v text)")
     config = _config(postgres, pg_database, ["public.huge"], tmp_path / "r", buffer_size=64 * 1024)
-    with RelayThread(config) as relay:
-        with conn.cursor() as cur:
-            cur.execute("INSERT INTO huge VALUES (0, 'small')")
-            # ~20,000 events of ~130 bytes: ~2.6 MB, 40 times the buffer
-            cur.execute(
-                "INSERT INTO huge SELECT g, repeat('x', 100) FROM generate_series(1, 20000) g"
-            )
+    with RelayThread(config) as relay:  # makes the slot; the workload then waits in it
+        start = get_json(relay.url + "/stats")["min_scn"]
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO huge VALUES (0, 'small')")
+        # ~20,000 events of ~130 bytes: ~2.6 MB, 40 times the buffer
+        cur.execute("INSERT INTO huge SELECT g, repeat('x', 100) FROM generate_series(1, 20000) g")
+    with RelayThread(config.model_copy(update={"since_scn": start})) as relay:
         health: dict[str, Any] = {}
 
         def unhealthy() -> bool:

@@ -4,10 +4,15 @@ messages came in, and the open transaction's part stays pending until it commits
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.capture.postgres.capture import _Pending
+from sluice.capture.postgres.capture import PostgresCapture, _Pending
+from sluice.capture.postgres.setup import parse_pg_url
+from sluice.capture.source import CapturedWindow, CaptureSettings
+from sluice.errors import WindowTooLarge
+from sluice.schemas import SchemaRegistry
 
 
 def _fill(pending: _Pending, sizes: list[int], open_part: int) -> list[tuple[int, int]]:
@@ -59,3 +64,21 @@ def test_a_committed_take_with_nothing_committed_in_the_run_takes_nothing() -> N
     pending.run.append("open")
     assert pending.take_run(committed=True) == ([], [])
     assert pending.run == ["open"]
+
+
+def test_a_transaction_outgrowing_the_buffer_is_refused_after_the_windows_before_it() -> None:
+    delivered: list[CapturedWindow] = []
+    settings = CaptureSettings(
+        ("public.t",), SchemaRegistry(), delivered.append, max_window_bytes=100
+    )
+    capture = PostgresCapture(parse_pg_url("postgresql://u@localhost:5432/db"), settings)
+    pending = _Pending()
+    pending.events.append(b"a" * 60)
+    pending.commit(1000, 5_000_000)
+    pending.events += [b"b" * 60, b"c" * 30]
+    capture._check_size(pending)  # 90 bytes so far: it may still fit
+    assert delivered == []
+    pending.events.append(b"d" * 30)
+    with pytest.raises(WindowTooLarge, match=r"more than 120 bytes.*--buffer-size"):
+        capture._check_size(pending)
+    assert delivered == [CapturedWindow(1000, 5000, [b"a" * 60])]

@@ -248,6 +248,7 @@ class PostgresCapture:
         memory stays bounded by the buffer's size, not the transaction's."""
         limit = self.settings.max_window_bytes
         if limit is not None and pending.open_bytes() > limit:
+            self._deliver(pending)  # the transactions before it are served
             raise WindowTooLarge(
                 f"a transaction of more than {pending.open_bytes()} bytes of events does not "
                 f"fit in the event buffer ({limit} bytes); raise --buffer-size",
