@@ -132,21 +132,23 @@ _COMMIT = struct.Struct(">xbqqq")
 
 def commit(message: bytes) -> Commit:
     """A Commit message ('C'), the one every transaction ends with, without ``parse``."""
-    try:
-        _flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(message)
-    except struct.error as exc:
-        raise DecodeError(f"pgoutput: a b'C' message is corrupt or cut ({exc})") from None
-    return Commit(commit_lsn, end_lsn, ts + PG_EPOCH_MICROS)
+    commit_lsn, end_lsn, ts = _commit_fields(message)
+    return Commit(commit_lsn, end_lsn, ts)
 
 
 def commit_end(message: bytes) -> tuple[int, int]:
     """A Commit message's end LSN and its time (microseconds since the Unix epoch): what
     capture keeps of every transaction, without building a ``Commit``."""
+    _commit_lsn, end_lsn, ts = _commit_fields(message)
+    return end_lsn, ts
+
+
+def _commit_fields(message: bytes) -> tuple[int, int, int]:
     try:
-        _flags, _commit_lsn, end_lsn, ts = _COMMIT.unpack_from(message)
+        _flags, commit_lsn, end_lsn, ts = _COMMIT.unpack_from(message)
     except struct.error as exc:
         raise DecodeError(f"pgoutput: a b'C' message is corrupt or cut ({exc})") from None
-    return end_lsn, ts + PG_EPOCH_MICROS
+    return commit_lsn, end_lsn, ts + PG_EPOCH_MICROS
 
 
 def parse(message: bytes) -> Relation | Change | Commit | Truncate | None:
