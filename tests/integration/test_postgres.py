@@ -320,42 +320,49 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
     conn.close()
 
 
+class _BulkRuns:
+    """Watches the bulk path (``runs.py``) of the relays a test starts: the runs it took and
+    handed back (their lengths), and every taken run whose events differ from the row
+    path's."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from sluice.capture.postgres import capture as pg_capture
+        from sluice.capture.postgres.runs import RunTranscoder
+
+        self.taken: list[int] = []
+        self.handed_back: list[int] = []
+        self.mismatches: list[str] = []
+        tables: list[Any] = []
+        bulk, describe = RunTranscoder.events, pg_capture.PostgresCapture._describe
+
+        def watched(transcoder: RunTranscoder, payloads: list[bytes]) -> list[bytes] | None:
+            out = bulk(transcoder, payloads)
+            if out is None:
+                self.handed_back.append(len(payloads))
+                return None
+            self.taken.append(len(payloads))
+            table = next(t for t in tables if t.runs is transcoder)
+            rows = [e for p in payloads for e in table.fast(p[0], p)]  # the row path
+            if rows != out:
+                self.mismatches.append(f"{len(payloads)} rows from {payloads[0][:40]!r}")
+            return out
+
+        def remember(capture: Any, relation: Any) -> Any:
+            table = describe(capture, relation)
+            tables.append(table)
+            return table
+
+        monkeypatch.setattr(RunTranscoder, "events", watched)
+        monkeypatch.setattr(pg_capture.PostgresCapture, "_describe", remember)
+
+
 def test_large_transactions_take_the_bulk_path_and_give_the_row_paths_bytes(
     postgres: PrivatePostgres, pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Runs of a relation's inserts and updates in a large transaction are transcoded at once
     (``runs.py``); every run is also transcoded row by row and must give the same events, a
     run the bulk path hands back is captured by the row path, and the replica matches."""
-    from sluice.capture.postgres import capture as pg_capture
-    from sluice.capture.postgres.runs import RunTranscoder
-
-    taken: list[int] = []
-    handed_back: list[int] = []
-    mismatches: list[str] = []
-    bulk = RunTranscoder.events
-
-    def both(self: RunTranscoder, payloads: list[bytes]) -> list[bytes] | None:
-        out = bulk(self, payloads)
-        if out is None:
-            handed_back.append(len(payloads))
-            return None
-        taken.append(len(payloads))
-        table = next(t for t in tables_seen if t.runs is self)
-        rows = [e for p in payloads for e in table.fast(p[0], p)]  # the row path
-        if rows != out:
-            mismatches.append(f"{len(payloads)} rows from {payloads[0][:40]!r}")
-        return out
-
-    tables_seen: list[Any] = []
-    describe = pg_capture.PostgresCapture._describe
-
-    def remember(self: Any, relation: Any) -> Any:
-        table = describe(self, relation)
-        tables_seen.append(table)
-        return table
-
-    monkeypatch.setattr(RunTranscoder, "events", both)
-    monkeypatch.setattr(pg_capture.PostgresCapture, "_describe", remember)
+    runs = _BulkRuns(monkeypatch)
     conn = postgres.connect(pg_database)
     with conn.cursor() as cur:
         cur.execute(
@@ -380,11 +387,11 @@ def test_large_transactions_take_the_bulk_path_and_give_the_row_paths_bytes(
         _caught_up(relay.url, conn)
         replica = ReplicaConsumer()
         consume(relay.url, replica, since_scn=start)
-    assert mismatches == []
+    assert runs.mismatches == []
     # Transactions read in one go make one run; a run refused is tried again window by
     # window, so only the windows holding the infinity date go row by row (id % 3 = 1: the
     # third update has 167 rows).
-    assert sum(taken) == 1001 + 333 + 167 and handed_back[-1] == 100
+    assert sum(runs.taken) == 1001 + 333 + 167 and runs.handed_back[-1] == 100
     with conn.cursor() as cur:
         cur.execute("SELECT id, a, s, v, b, d IS NULL OR d = 'infinity' FROM bulk")
         truth = {json.dumps({"id": i}): rest for i, *rest in cur}
@@ -403,18 +410,7 @@ def test_a_backlog_of_small_transactions_is_read_in_runs_and_keeps_its_windows(
     the bulk path transcodes at once; every window still holds exactly its own transaction's
     events, in commit order, with a window the bulk path refuses, a transaction over two
     tables and a TRUNCATE among them."""
-    from sluice.capture.postgres.runs import RunTranscoder
-
-    taken: list[int] = []
-    bulk = RunTranscoder.events
-
-    def counted(self: RunTranscoder, payloads: list[bytes]) -> list[bytes] | None:
-        out = bulk(self, payloads)
-        if out is not None:
-            taken.append(len(payloads))
-        return out
-
-    monkeypatch.setattr(RunTranscoder, "events", counted)
+    runs = _BulkRuns(monkeypatch)
     conn = postgres.connect(pg_database)
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE small (id bigint PRIMARY KEY, a int, v varchar(20), d date)")
@@ -453,7 +449,7 @@ def test_a_backlog_of_small_transactions_is_read_in_runs_and_keeps_its_windows(
     scns = [w.scn for w in recorder.windows]
     assert scns == sorted(set(scns))
     # one or two rows of small per transaction: a run of more than 64 spans windows
-    assert taken and max(taken) > 64
+    assert runs.taken and max(runs.taken) > 64 and runs.mismatches == []
     by_id = {e.key["id"]: e.after for e in recorder.events if e.source == "public.small"}
     assert by_id[299] == {"id": 299, "a": 897, "v": "v299", "d": "2024-01-01"}
     assert by_id[300]["d"] is None and by_id[10_075] == {"id": 10_075, "a": 0, "v": None, "d": None}

@@ -289,14 +289,13 @@ class PostgresCapture:
         table = self._relations.get(int.from_bytes(run[0].payload[1:5], "big"))
         if table is None or table.source in self.stats.stopped_sources:
             return
-        if len(parts) > 1 and len(run) >= MIN_RUN and table.runs is not None:
-            out = table.runs.events([message.payload for message in run])
-            if out is not None:  # one event per message
-                lo = 0
-                for hi, events in parts:
-                    events.extend(out[lo:hi])
-                    lo = hi
-                return
+        out = _bulk(table, run) if len(parts) > 1 else None
+        if out is not None:  # one event per message
+            lo = 0
+            for hi, events in parts:
+                events.extend(out[lo:hi])
+                lo = hi
+            return
         lo = 0  # window by window (a run the bulk path refused: only the window it was in)
         for hi, events in parts:
             if not self._transcode(table, run[lo:hi], events):
@@ -307,11 +306,10 @@ class PostgresCapture:
         """One window's part of a run into its events: at once when the run is long and the
         relation's columns allow it (``runs.py``), else row by row. False: the table's
         capture stopped (``on_decode_error``)."""
-        if len(run) >= MIN_RUN and table.runs is not None:
-            out = table.runs.events([message.payload for message in run])
-            if out is not None:
-                events.extend(out)
-                return True
+        out = _bulk(table, run)
+        if out is not None:
+            events.extend(out)
+            return True
         for message in run:
             try:
                 events.extend(self._fast_or_slow(table, message.payload))
@@ -479,6 +477,14 @@ class _Pending:
             return [], []
         self._cuts = []
         return run, parts
+
+
+def _bulk(table: PgTable, run: list[Any]) -> list[bytes] | None:
+    """A run's events by the bulk path (``runs.py``), one per message; None when the run is
+    short, the relation's columns do not allow it, or it refuses a value."""
+    if len(run) < MIN_RUN or table.runs is None:
+        return None
+    return table.runs.events([message.payload for message in run])
 
 
 def _lsn(value: int) -> str:
