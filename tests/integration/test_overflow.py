@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from tests.integration.support import (
     http_status,
     relay_config,
     run_sluice,
+    wait_for,
     wait_relay_caught_up,
 )
 
@@ -59,29 +62,108 @@ def test_overflow_gives_410_and_others_keep_streaming(
         assert more.events[-1].key == {"id": 1000}
 
 
-def test_window_larger_than_buffer_is_refused_clearly(
+def _wait_held(relay_url: str, conn: pymysql.Connection[Any]) -> None:
+    """Until the buffer holds everything the server has logged (not just captured)."""
+    target = wait_relay_caught_up(relay_url, conn)
+    wait_for(lambda: get_json(relay_url + "/stats")["max_scn"] >= target, 30, "the buffer")
+
+
+def _big_transaction(cur: Any, first: int, count: int, size: int = 2000) -> None:
+    cur.execute("BEGIN")
+    cur.executemany(
+        "INSERT INTO big VALUES (%s, %s)",
+        [(i, bytes([i % 251]) * size) for i in range(first, first + count)],
+    )
+    cur.execute("COMMIT")
+
+
+def test_a_transaction_bigger_than_the_buffer_is_served_whole(
     mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
 ) -> None:
+    """A transaction of ~6x the buffer is held in a file beside it and served whole, in SCN
+    order, raw, as JSON and by key partition, to a live reader and to one that comes later,
+    and again after a restart."""
     source = f"{database}.big"
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
     config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024)
     with RelayThread(config) as relay, conn.cursor() as cur:
-        cur.execute("INSERT INTO big VALUES (0, 'small')")
-        cur.execute("BEGIN")
-        for i in range(1, 100):
-            cur.execute("INSERT INTO big VALUES (%s, %s)", (i, b"x" * 2000))
-        cur.execute("COMMIT")
-        status, health = 200, None
-        from tests.integration.support import wait_for
+        start = get_json(relay.url + "/stats")["min_scn"]
+        cur.execute("INSERT INTO big VALUES (0, 'before')")
+        _big_transaction(cur, 1, 200)  # ~400 KB
+        cur.execute("INSERT INTO big VALUES (1000, 'after')")
+        _wait_held(relay.url, conn)
+        stats = get_json(relay.url + "/stats")
+        assert stats["window_files"]["windows"] == 1
+        assert stats["window_files"]["bytes"] > 6 * stats["buffer_capacity"]
+        assert stats["bytes"] <= stats["buffer_capacity"] and stats["min_scn"] == start
+
+        live = RecordingConsumer()
+        consume(relay.url, live, since_scn=start)
+        ids = [e.key["id"] for e in live.events]  # type: ignore[index]
+        assert ids == [0, *range(1, 201), 1000]
+        scns = [e.scn for e in live.events]
+        assert len(set(scns[1:201])) == 1 and scns[0] < scns[1] < scns[201]
+        body = base64.b64encode(bytes([150]) * 2000).decode()
+        assert live.events[150].after == {"id": 150, "body": body}
+
+        parts = [RecordingConsumer(), RecordingConsumer()]
+        for i, part in enumerate(parts):
+            consume(relay.url, part, since_scn=start, partition=f"{i}/2")
+        split = sorted(e.key["id"] for p in parts for e in p.events)  # type: ignore[index]
+        assert split == sorted(ids) and all(p.events for p in parts)
+
+        tail = run_sluice(
+            "tail", "--relay", relay.url, "--since-scn", str(start), "--until-caught-up"
+        )
+        lines = [json.loads(line) for line in tail.stdout.splitlines()]
+        assert [line["key"]["id"] for line in lines] == ids
+
+        offsets = get_json(f"{relay.url}/offsets?since_scn={start}&max_events=100")
+        assert offsets["scn"] == scns[0]  # whole windows only: the big one does not fit
+        offsets = get_json(f"{relay.url}/offsets?since_scn={scns[0]}&max_events=1&sources={source}")
+        assert offsets == {"scn": scns[1], "events": 200, "max_scn": stats["max_scn"]}
+
+    with RelayThread(config) as relay:  # restored from the buffer and the window's file
+        again = RecordingConsumer()
+        consume(relay.url, again, since_scn=start)
+        assert [e.key["id"] for e in again.events] == ids  # type: ignore[index]
+
+
+def test_held_windows_evict_older_ones_within_their_disk_limit(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    """The files of held windows stay under window_files_bytes: older windows are evicted
+    (their readers get 410) and their files removed; one transaction bigger than the whole
+    limit stops capture with an error naming the setting."""
+    source = f"{database}.big"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    config = relay_config(
+        mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024, window_files_bytes=1 << 20
+    )
+    files = tmp_path / "relay" / "windows"
+    with RelayThread(config) as relay, conn.cursor() as cur:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        for n in range(4):  # 4 x ~400 KB through a 1 MiB limit
+            _big_transaction(cur, 1 + n * 200, 200)
+        _wait_held(relay.url, conn)
+        stats = get_json(relay.url + "/stats")
+        held = stats["window_files"]
+        assert held["windows"] == 2 and held["bytes"] <= 1 << 20
+        assert len(list(files.iterdir())) == 2
+        status, _ = http_status(f"{relay.url}/stream?since_scn={start}")
+        assert status == 410
+        newest = RecordingConsumer()
+        consume(relay.url, newest, since_scn=stats["min_scn"])
+        assert [e.key["id"] for e in newest.events] == list(range(401, 801))  # type: ignore[index]
+
+        _big_transaction(cur, 2000, 600)  # ~1.2 MB: more than the whole limit
 
         def unhealthy() -> bool:
-            nonlocal status, health
-            status, health = http_status(relay.url + "/healthz")
-            return status == 503
+            return http_status(relay.url + "/healthz")[0] == 503
 
         wait_for(unhealthy, 30, "the relay to report the refused window")
-        assert "--buffer-size" in health["error"]  # type: ignore[index]
-        recorder = RecordingConsumer()
-        consume(relay.url, recorder)  # still serves what it holds
-        assert [e.key for e in recorder.events] == [{"id": 0}]
+        health = http_status(relay.url + "/healthz")[1]
+        assert "--window-files-bytes" in health["error"]
+        assert not (files / "open.tmp").exists()

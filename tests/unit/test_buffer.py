@@ -71,7 +71,7 @@ def test_buffer_holds_a_contiguous_suffix_and_survives_restore(
 def test_window_larger_than_buffer_is_refused() -> None:
     buf = EventBuffer(bytearray(FILE_HEADER_SIZE + 4096))
     buf.format(0)
-    with pytest.raises(WindowTooLarge, match="--buffer-size"):
+    with pytest.raises(WindowTooLarge, match="outside the ring"):
         buf.append(1, 0, [_event(1, 5000)])
     buf.append(2, 0, [_event(2, 10)])
     assert _read_all(buf, 0) == [2]
@@ -117,3 +117,51 @@ def test_restore_reports_the_windows_a_damaged_block_cut_off() -> None:
     assert again.restore()
     assert again.start_scn == 105 and again.max_scn == 110 and again.window_count == 5
     assert again.dropped == (4, 101, 104)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    windows=st.lists(
+        st.tuples(st.booleans(), st.integers(min_value=0, max_value=900)), min_size=1, max_size=80
+    ),
+    restore_at=st.integers(min_value=0, max_value=79),
+    budget=st.integers(min_value=0, max_value=6),
+)
+def test_windows_held_outside_the_ring_are_counted_evicted_and_restored(
+    windows: list[tuple[bool, int]], restore_at: int, budget: int
+) -> None:
+    """Reference records keep SCN order with inline windows; every held-outside window is
+    reported once when evicted (its file may go), counts match what is held, and a restore
+    from the bytes alone finds the same ones."""
+    mem = bytearray(FILE_HEADER_SIZE + 4096)
+    buf = EventBuffer(mem, index_block=512)
+    buf.format(0)
+    outside: dict[int, int] = {}  # scn -> length, every one ever appended
+    evicted: list[int] = []
+    floor = 0  # nothing at or before it is held (an empty restored buffer forgets it)
+    for n, (external, size) in enumerate(windows):
+        scn = (n + 1) * 3
+        if external:
+            buf.append_reference(scn, n, 1000 + n, 10_000 + n)
+            outside[scn] = 10_000 + n
+            while buf.external_count > budget:  # the owner's disk budget
+                buf.evict_oldest()
+        else:
+            buf.append(scn, n, [_event(n, size)])
+        evicted += buf.take_evicted()
+        floor = max(floor, buf.start_scn)
+        if n == restore_at:
+            buf = EventBuffer(mem, index_block=512)
+            assert buf.restore()
+            gone = [s for s in outside if s <= buf.start_scn and s not in evicted]
+            evicted += gone  # the owner's tidy(): files no window refers to any more
+        floor = max(floor, buf.start_scn)
+        held = {s: length for s, length in outside.items() if s > floor}
+        assert dict(buf.external()) == held
+        assert buf.external_count == len(held) <= max(budget, 1)
+        assert buf.external_bytes == sum(held.values())
+        assert sorted(evicted) == sorted(s for s in outside if s <= floor)
+        assert len(set(evicted)) == len(evicted)
+        spans, _ = buf.spans(buf.start_scn, 1 << 30)
+        assert [s.scn for s in spans if s.external] == sorted(held)
+        assert all(s.external == held[s.scn] for s in spans if s.external)

@@ -4,14 +4,12 @@ messages came in, and the open transaction's part stays pending until it commits
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice.capture.postgres.capture import PostgresCapture, _Pending
 from sluice.capture.postgres.setup import parse_pg_url
 from sluice.capture.source import CapturedWindow, CaptureSettings
-from sluice.errors import WindowTooLarge
 from sluice.schemas import SchemaRegistry
 
 
@@ -66,19 +64,23 @@ def test_a_committed_take_with_nothing_committed_in_the_run_takes_nothing() -> N
     assert pending.run == ["open"]
 
 
-def test_a_transaction_outgrowing_the_buffer_is_refused_after_the_windows_before_it() -> None:
+def test_a_big_transaction_is_handed_over_in_parts_after_the_windows_before_it() -> None:
     delivered: list[CapturedWindow] = []
-    settings = CaptureSettings(
-        ("public.t",), SchemaRegistry(), delivered.append, max_window_bytes=100
-    )
+    settings = CaptureSettings(("public.t",), SchemaRegistry(), delivered.append, part_bytes=100)
     capture = PostgresCapture(parse_pg_url("postgresql://u@localhost:5432/db"), settings)
     pending = _Pending()
     pending.events.append(b"a" * 60)
     pending.commit(1000, 5_000_000)
     pending.events += [b"b" * 60, b"c" * 30]
-    capture._check_size(pending)  # 90 bytes so far: it may still fit
+    capture._check_size(pending)  # 90 bytes so far: not a part yet
     assert delivered == []
     pending.events.append(b"d" * 30)
-    with pytest.raises(WindowTooLarge, match=r"more than 120 bytes.*--buffer-size"):
-        capture._check_size(pending)
-    assert delivered == [CapturedWindow(1000, 5000, [b"a" * 60])]
+    capture._check_size(pending)
+    assert delivered == [
+        CapturedWindow(1000, 5000, [b"a" * 60]),
+        CapturedWindow(0, 0, [b"b" * 60, b"c" * 30, b"d" * 30], more=True),
+    ]
+    pending.commit(2000, 6_000_000)  # committed with nothing after the part: still a window
+    capture._deliver(pending)
+    assert delivered[-1] == CapturedWindow(2000, 6000, [])
+    assert capture.stats.events == 4 and capture.stats.windows == 2

@@ -26,11 +26,26 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class CapturedWindow:
-    """One committed transaction's events (encoded wire events), at its SCN."""
+    """One committed transaction's events (encoded wire events), at its SCN.
+
+    A transaction bigger than ``CaptureSettings.part_bytes`` comes in parts, so that no one
+    holds it whole: every part but the last has ``more`` set and ``scn`` 0 (a log source
+    learns the SCN at the commit); the last part carries the SCN and the commit time. A
+    capture that loses its connection after handing over parts hands over ``ABORTED``
+    before it reads the transaction again: the receiver drops the parts it has.
+    """
 
     scn: int
     ts_ms: int
     events: list[bytes]
+    more: bool = False
+
+    @property
+    def aborts(self) -> bool:
+        return self.scn < 0
+
+
+ABORTED = CapturedWindow(-1, 0, [])
 
 
 @dataclass(slots=True)
@@ -75,7 +90,8 @@ class CaptureSettings:
     registry: SchemaRegistry
     sink: Callable[[CapturedWindow], None]  # may block: that is backpressure
     on_fatal: Callable[[SluiceError], None] | None = None
-    max_window_bytes: int | None = None  # refuse a transaction bigger than this as it grows
+    # hand an open transaction over in parts of about this many bytes (``CapturedWindow``)
+    part_bytes: int | None = None
     on_decode_error: str = "stop_source"
     server_id: int | None = None  # MySQL: the binlog dump's server id
     # per-table settings (``[tables."DB.T"]``), for kinds that take them (query sources)

@@ -48,6 +48,13 @@ def add_parser(sub: Any) -> None:
         help="event buffer size in bytes (default 64 MiB)",
     )
     p.add_argument(
+        "--window-files-bytes",
+        type=int,
+        metavar="BYTES",
+        help="disk for transactions too big for the buffer, kept in files beside it "
+        "(default 16 x --buffer-size)",
+    )
+    p.add_argument(
         "--on-decode-error",
         choices=("stop_source", "skip"),
         help="a row capture cannot decode: stop capturing its table (default; the others go "
@@ -76,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         since_scn=args.since_scn,
         buffer_size=args.buffer_size,
+        window_files_bytes=args.window_files_bytes,
         on_decode_error=args.on_decode_error,
         max_clients=args.max_clients,
         table_options=_file_table_options(args.config) if args.tables else None,

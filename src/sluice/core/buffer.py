@@ -4,6 +4,10 @@ Pure logic over a writable buffer (an ``mmap`` in the relay, a ``bytearray`` in 
 region starts with a 64-byte file header; the rest holds window records back to back in SCN
 order, newest overwriting oldest, whole windows only. A wrap marker (or fewer than 8 bytes
 left) sends the reader back to the start of the data region.
+
+A window too big for the ring lives in a file of its own; the ring holds a reference record
+for it (``append_reference``), so order, eviction and restore treat it like any window. The
+owner deletes the file once ``take_evicted`` lists its SCN.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ FILE_HEADER_SIZE = 64
 _FILE_HEADER = struct.Struct("<4sIQ")
 _WRAP = struct.Struct("<4sI")
 MIN_DATA_SIZE = 4096
+_HEAD = 48  # a window header plus a reference record's body
 
 
 class WritableBuffer(Protocol):
@@ -48,6 +53,9 @@ class Span:
     scn: int
     start: int
     end: int
+    # a window held outside the ring: the length of its record there (the span is the
+    # reference record)
+    external: int = 0
 
 
 class EventBuffer:
@@ -71,6 +79,10 @@ class EventBuffer:
         self.window_count = 0
         self.event_count = 0
         self.bytes_held = 0
+        # windows held outside the ring: their count and their records' bytes
+        self.external_count = 0
+        self.external_bytes = 0
+        self._evicted_external: list[int] = []
         self.epoch = 0  # bumped on every eviction, invalidating cursors
         self._head = self._start
         self._tail = self._start
@@ -91,15 +103,48 @@ class EventBuffer:
     # -- writing ---------------------------------------------------------------------------
     def append(self, scn: int, ts_ms: int, events: Sequence[bytes]) -> bytes:
         """Append one window (events from ``wire.encode_event``); returns its record."""
-        if scn <= self.max_scn:
-            raise ValueError(f"SCN {scn} is not after the buffer's max SCN {self.max_scn}")
+        self._check_scn(scn)
         record = wire.encode_window(scn, self.max_scn, ts_ms, events)
         if len(record) > self.capacity:
             raise WindowTooLarge(
                 f"window of {len(record)} bytes does not fit in a buffer of {self.capacity} "
-                "bytes; raise --buffer-size",
+                "bytes; hold it outside the ring (append_reference)",
                 scn=scn,
             )
+        self._put(scn, record, len(events))
+        return record
+
+    def append_reference(self, scn: int, ts_ms: int, n_events: int, length: int) -> bytes:
+        """Append a window of ``n_events`` held outside the ring in a record of ``length``
+        bytes, written with ``prev_scn`` = ``max_scn`` (the owner reads it before)."""
+        self._check_scn(scn)
+        record = wire.encode_reference(scn, self.max_scn, ts_ms, n_events, length)
+        self._put(scn, record, n_events)
+        self.external_count += 1
+        self.external_bytes += length
+        return record
+
+    def _check_scn(self, scn: int) -> None:
+        if scn <= self.max_scn:
+            raise ValueError(f"SCN {scn} is not after the buffer's max SCN {self.max_scn}")
+
+    def evict_oldest(self) -> bool:
+        """Evict the oldest window (the owner's budget for windows outside the ring);
+        False when there is none."""
+        if not self.window_count:
+            return False
+        head = self._head
+        self._evict_from(head, head + 1)
+        self._mem[head : head + 4] = b"\0" * 4  # so a restore does not bring it back
+        return True
+
+    def take_evicted(self) -> list[int]:
+        """SCNs of windows held outside the ring evicted since the last call: their files
+        may go."""
+        out, self._evicted_external = self._evicted_external, []
+        return out
+
+    def _put(self, scn: int, record: bytes, n_events: int) -> None:
         pos, wrapped = self._tail, False
         if pos + len(record) > self._end:
             self._evict_from(pos, self._end)
@@ -114,13 +159,16 @@ class EventBuffer:
         self._index.note(scn, pos, wrapped)
         self.max_scn = scn
         self.window_count += 1
-        self.event_count += len(events)
+        self.event_count += n_events
         self.bytes_held += len(record)
-        return record
 
     def _evict_from(self, lo: int, hi: int) -> None:
         while self.window_count and lo <= self._head < hi:
-            header = wire.read_window_header(self._mem[self._head : self._head + 40])
+            header = wire.read_window_header(self._mem[self._head : self._head + _HEAD])
+            if header.external_len:
+                self.external_count -= 1
+                self.external_bytes -= header.external_len
+                self._evicted_external.append(header.scn)
             self.start_scn = header.scn
             self.window_count -= 1
             self.event_count -= header.n_events
@@ -165,12 +213,12 @@ class EventBuffer:
         out: list[Span] = []
         size, scn, end = 0, since_scn, pos
         while scn < self.max_scn and (not out or size < max_bytes):
-            header = wire.read_window_header(self._mem[pos : pos + 40])
+            header = wire.read_window_header(self._mem[pos : pos + _HEAD])
             end = pos + header.total_len
             scn = header.scn
             if scn > since_scn:
-                out.append(Span(scn, pos, end))
-                size += header.total_len
+                out.append(Span(scn, pos, end, header.external_len))
+                size += header.external_len or header.total_len
             pos = self._next(end) if scn < self.max_scn else end
         # The cursor keeps the raw end: whether the next record wraps is only known once written.
         return out, Cursor(scn, end, self.epoch)
@@ -178,6 +226,17 @@ class EventBuffer:
     def copy(self, start: int, end: int) -> bytes:
         """Bytes ``start..end`` of the region (part of a span)."""
         return self._mem[start:end]
+
+    def external(self) -> list[tuple[int, int]]:
+        """``(scn, length)`` of every window held outside the ring, oldest first."""
+        out: list[tuple[int, int]] = []
+        since = self.start_scn
+        while True:
+            spans, _cursor = self.spans(since, 1 << 30)
+            if not spans:
+                return out
+            out += [(s.scn, s.external) for s in spans if s.external]
+            since = spans[-1].scn
 
     def holds(self, scn: int) -> bool:
         """Whether the window at ``scn`` is still held (not evicted by later appends)."""
@@ -206,8 +265,11 @@ class EventBuffer:
         self.dropped = (len(lost), lost[0], lost[-1]) if lost else None
         self.start_scn = records[chain[0]][2]
         for scn in chain:
-            offset, length, _prev, n_events = records[scn]
+            offset, length, _prev, n_events, external = records[scn]
             self._index.note(scn, offset, self.window_count > 0 and offset < self._tail)
+            if external:
+                self.external_count += 1
+                self.external_bytes += external
             if self.window_count == 0:
                 self._head = offset
             self._tail = offset + length
@@ -217,25 +279,32 @@ class EventBuffer:
             self.max_scn = scn
         return True
 
-    def _scan(self) -> dict[int, tuple[int, int, int, int]]:
-        """Every valid window record in the region: scn -> (offset, len, prev_scn, n_events)."""
-        records: dict[int, tuple[int, int, int, int]] = {}
+    def _scan(self) -> dict[int, tuple[int, int, int, int, int]]:
+        """Every valid window record in the region:
+        scn -> (offset, len, prev_scn, n_events, external length)."""
+        records: dict[int, tuple[int, int, int, int, int]] = {}
         pos = self._start
         while True:
-            pos = self._mem.find(wire.WINDOW_MAGIC, pos, self._end)
+            pos = self._mem.find(wire.WINDOW_MAGIC[:3], pos, self._end)  # SLW1 or SLWX
             if pos < 0:
                 return records
             if pos % wire.ALIGN == 0 and wire.window_is_valid(
                 cast(bytes, self._mem), pos, self._end
             ):
-                header = wire.read_window_header(self._mem[pos : pos + 40])
-                records[header.scn] = (pos, header.total_len, header.prev_scn, header.n_events)
+                header = wire.read_window_header(self._mem[pos : pos + _HEAD])
+                records[header.scn] = (
+                    pos,
+                    header.total_len,
+                    header.prev_scn,
+                    header.n_events,
+                    header.external_len,
+                )
                 pos += header.total_len
             else:
                 pos += 1
 
 
-def _newest_chain(records: dict[int, tuple[int, int, int, int]]) -> list[int]:
+def _newest_chain(records: dict[int, tuple[int, int, int, int, int]]) -> list[int]:
     """SCNs of the live windows: follow ``prev_scn`` back from the newest record."""
     scn = max(records)
     chain = [scn]

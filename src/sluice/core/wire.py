@@ -7,8 +7,13 @@ A window record (all little-endian, padded to 8 bytes)::
     ev_len u32 | key_hash u32 | op u8 | src_len u8 | schema_version u16 | source | payload
 
 ``prev_scn`` chains every window to the one before it, so a restored buffer can tell the
-live windows from stale ones. A heartbeat frame (``'SLH1' | 24 | scn u64 | reserved u64``)
-says "every window up to ``scn`` was considered", so a filtered client can advance.
+live windows from stale ones. In the event buffer only, a window too big for it is held in a
+file of its own (``relay/windows.py``) and stands in the ring as a reference record: the same
+header with magic 'SLWX', ``n_events`` of the whole window, and an 8-byte body, the length of
+the window record in its file. A reference never leaves the relay.
+
+A heartbeat frame (``'SLH1' | 24 | scn u64 | reserved u64``) says "every window up to
+``scn`` was considered", so a filtered client can advance.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from sluice.errors import DecodeError
 WINDOW_MAGIC = b"SLW1"
 HEARTBEAT_MAGIC = b"SLH1"
 WRAP_MAGIC = b"SLWR"
+EXTERNAL_MAGIC = b"SLWX"  # a window held outside the ring (buffer only, never on the wire)
 ALIGN = 8
+_RECORD_MAGICS = (WINDOW_MAGIC, EXTERNAL_MAGIC)
 
 _WINDOW_HEADER = struct.Struct("<4sIQQQII")
 EVENT_HEADER = struct.Struct("<IIBBH")
@@ -38,6 +45,7 @@ EVENT_HEADER_FIELDS = [
     ("ver", "<u2"),
 ]
 _HEARTBEAT = struct.Struct("<4sIQQ")
+_EXTERNAL_LEN = struct.Struct("<Q")
 _LEN_AT = struct.Struct("<4sI")
 WINDOW_HEADER_SIZE = _WINDOW_HEADER.size
 EVENT_HEADER_SIZE = EVENT_HEADER.size
@@ -63,6 +71,8 @@ class WindowHeader:
     ts_ms: int
     n_events: int
     total_len: int
+    # a reference record (buffer only): the length of the window record held outside the ring
+    external_len: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,15 +105,47 @@ def encode_window(scn: int, prev_scn: int, ts_ms: int, events: Sequence[bytes]) 
     return head[:_CRC_AT] + crc.to_bytes(4, "little") + body + padding
 
 
+def encode_reference(scn: int, prev_scn: int, ts_ms: int, n_events: int, length: int) -> bytes:
+    """The ring's stand-in for a window of ``length`` bytes held in a file of its own."""
+    body = _EXTERNAL_LEN.pack(length)
+    total = WINDOW_HEADER_SIZE + len(body)
+    head = _WINDOW_HEADER.pack(EXTERNAL_MAGIC, total, scn, prev_scn, ts_ms, n_events, 0)
+    crc = zlib.crc32(body, zlib.crc32(head[:_CRC_AT]))
+    return head[:_CRC_AT] + crc.to_bytes(4, "little") + body
+
+
+def window_head(scn: int, prev_scn: int, ts_ms: int, n_events: int, body_len: int) -> bytes:
+    """The header of a window record whose events take ``body_len`` bytes, before its CRC
+    (36 bytes; ``crc_of`` finishes it): for records written piece by piece."""
+    total = _pad(WINDOW_HEADER_SIZE + body_len)
+    return _WINDOW_HEADER.pack(WINDOW_MAGIC, total, scn, prev_scn, ts_ms, n_events, 0)[:_CRC_AT]
+
+
+def crc_start(head: bytes) -> int:
+    """The running CRC of a record after its header (``window_head``); continue it with
+    ``zlib.crc32(piece, crc)`` over the body and padding."""
+    return zlib.crc32(head[:_CRC_AT])
+
+
+def padding(body_len: int) -> bytes:
+    """The zero bytes after a body of ``body_len`` bytes that end the record on ``ALIGN``."""
+    return b"\0" * (_pad(WINDOW_HEADER_SIZE + body_len) - WINDOW_HEADER_SIZE - body_len)
+
+
 def encode_heartbeat(scn: int) -> bytes:
     return _HEARTBEAT.pack(HEARTBEAT_MAGIC, HEARTBEAT_SIZE, scn, 0)
 
 
 def read_window_header(data: bytes | memoryview, offset: int = 0) -> WindowHeader:
+    """A window record's header; for a reference record (``EXTERNAL_MAGIC``) ``data`` must hold
+    its 8-byte body too (48 bytes)."""
     magic, total, scn, prev, ts_ms, n_events, _crc = _WINDOW_HEADER.unpack_from(data, offset)
-    if magic != WINDOW_MAGIC:
-        raise DecodeError(f"not a window record at offset {offset}")
-    return WindowHeader(scn, prev, ts_ms, n_events, total)
+    if magic == WINDOW_MAGIC:
+        return WindowHeader(scn, prev, ts_ms, n_events, total)
+    if magic == EXTERNAL_MAGIC:
+        (length,) = _EXTERNAL_LEN.unpack_from(data, offset + WINDOW_HEADER_SIZE)
+        return WindowHeader(scn, prev, ts_ms, n_events, total, length)
+    raise DecodeError(f"not a window record at offset {offset}")
 
 
 def window_is_valid(data: bytes | bytearray | memoryview, offset: int, limit: int) -> bool:
@@ -112,7 +154,7 @@ def window_is_valid(data: bytes | bytearray | memoryview, offset: int, limit: in
         return False
     magic, total, *_rest, crc = _WINDOW_HEADER.unpack_from(data, offset)
     if (
-        magic != WINDOW_MAGIC
+        magic not in _RECORD_MAGICS
         or total < WINDOW_HEADER_SIZE
         or total % ALIGN
         or offset + total > limit

@@ -25,6 +25,10 @@ class RelayConfig(SluiceSettings):
     port: int = Field(default=7070, ge=0, le=65535)
     since_scn: int | None = Field(default=None, ge=0)
     buffer_size: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
+    # Disk for windows too big for the buffer, each in a file beside it (relay/windows.py);
+    # None: 16 times buffer_size. Older windows are evicted to make room; a single
+    # transaction bigger than this stops capture with an error naming the setting.
+    window_files_bytes: int | None = Field(default=None, ge=64 * 1024)
     server_id: int | None = Field(default=None, ge=1, le=2**32 - 1)
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     long_poll_ms: int = Field(default=10_000, ge=0, le=300_000)
@@ -50,6 +54,10 @@ class RelayConfig(SluiceSettings):
             data = {**data, "tables": list(sections)}
             data["table_options"] = {**sections, **data.get("table_options", {})}
         return data
+
+    @property
+    def window_files_limit(self) -> int:
+        return self.window_files_bytes or 16 * self.buffer_size
 
     @field_validator("table_options")
     @classmethod

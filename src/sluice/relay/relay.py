@@ -18,6 +18,7 @@ from sluice.capture import (
     open_capture,
     source_info,
 )
+from sluice.core import wire
 from sluice.core.buffer import EventBuffer
 from sluice.core.component import AsyncComponent
 from sluice.errors import SluiceError, WindowTooLarge
@@ -26,6 +27,7 @@ from sluice.relay.handoff import Handoff
 from sluice.relay.server import make_app
 from sluice.relay.store import STATE_FILE, BufferStore
 from sluice.relay.turns import Turns
+from sluice.relay.windows import OpenWindow, WindowFiles
 from sluice.schemas import SchemaRegistry
 from sluice.web import rss_bytes, start_site
 
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 # Failures a background task retries: they pass when the disk or the descriptors free up.
 _TRANSIENT = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.EIO})
 SILENT_MS = 5_000  # /healthz turns 503 after this long without a word from the source
+# Capture hands a transaction over in parts of this size; one bigger than a quarter of the
+# ring (or delivered in parts) is held in a file of its own (relay/windows.py).
+PART_BYTES = 1 << 20
 
 
 class Relay(AsyncComponent):
@@ -66,11 +71,18 @@ class Relay(AsyncComponent):
         self.task_errors: dict[str, str] = {}  # a background task failing now, and why
         self.persisted_scn = 0
         self.persist_failures = 0
+        self._windows: WindowFiles | None = None
+        self._open: OpenWindow | None = None  # a big transaction arriving in parts
 
     @property
     def buffer(self) -> EventBuffer:
         assert self._store is not None, "relay not started"
         return self._store.buffer
+
+    @property
+    def windows(self) -> WindowFiles:
+        assert self._windows is not None, "relay not started"
+        return self._windows
 
     @property
     def source_end_scn(self) -> int:
@@ -85,12 +97,14 @@ class Relay(AsyncComponent):
         self._queue = Handoff(self._loop, self.config.capture_queue)
         store = self._store = BufferStore(self.config.data_dir, self.config.buffer_size)
         try:
+            self._windows = WindowFiles(self.config.data_dir, self.config.window_files_limit)
             url = self.config.source.get_secret_value()
             capture = self._capture = open_capture(url, self.capture_settings(self._sink))
             self.source_info = source_info(url)
             info = await asyncio.to_thread(capture.check)
             start = self._start_scn(store, info.end_scn)
-            store.check_schemas(self.registry)
+            self._tidy_windows()
+            store.check_schemas(self.registry, self.windows.sub_windows)
             capture.start(start)
             log.info("relay capturing %s after SCN %d", ", ".join(self.tables), start)
             await self._serve()
@@ -143,7 +157,7 @@ class Relay(AsyncComponent):
             self.registry,
             sink,
             on_fatal=self._on_fatal,
-            max_window_bytes=self._store.buffer.capacity,
+            part_bytes=min(PART_BYTES, self._store.buffer.capacity // 8),
             on_decode_error=self.config.on_decode_error,
             server_id=self.config.server_id,
             table_options=self.config.table_options,
@@ -183,6 +197,24 @@ class Relay(AsyncComponent):
         buffer.format(end_scn)
         return end_scn
 
+    def _tidy_windows(self) -> None:
+        """Files of held windows after a restart: leftovers go; a missing or damaged one
+        drops the history up to it (clients older than it bootstrap), never served broken."""
+        buffer = self.buffer
+        bad = self.windows.tidy(dict(buffer.external()))
+        if not bad:
+            return
+        while buffer.window_count and buffer.start_scn < max(bad):
+            buffer.evict_oldest()
+        self.windows.delete(buffer.take_evicted())
+        log.warning(
+            "the files of %d windows held outside the buffer are missing or damaged (SCNs "
+            "%s): history up to SCN %d dropped; clients older than it need a bootstrap",
+            len(bad),
+            ", ".join(map(str, bad[:5])),
+            buffer.start_scn,
+        )
+
     async def _serve(self) -> None:
         # handler_cancellation: a long-poll whose client went away stops at once.
         runner = self._runner = web.AppRunner(
@@ -216,6 +248,9 @@ class Relay(AsyncComponent):
                 log.exception("a relay task failed")
         if self._runner is not None:
             await self._runner.cleanup()
+        if self._open is not None:
+            self._open.abort()
+            self._open = None
         if self._store is not None:
             if self._store.buffer.window_count or self._store.persisted_scn() is not None:
                 self._store.persist(self._store.buffer.max_scn, self.registry.fingerprints())
@@ -239,19 +274,70 @@ class Relay(AsyncComponent):
         assert self._queue is not None
         while True:
             for window in await self._queue.get_all():
-                buffer = self.buffer
-                if window.scn <= buffer.max_scn:
-                    continue  # replayed after a restart: already held
                 try:
-                    buffer.append(window.scn, window.ts_ms, window.events)
+                    await self._take(window)
                 except WindowTooLarge as exc:
                     log.error("capture stopped: %s", exc)
                     self.capture_error = exc
+                    self._abort_open()
                     if self._capture is not None:
                         await asyncio.to_thread(self._capture.stop)
                     return
+            self.windows.delete(self.buffer.take_evicted())
             self._dirty.set()
             self._wake_streams()
+
+    async def _take(self, window: CapturedWindow) -> None:
+        """One window, or a part of one, into the buffer (big ones through a file)."""
+        if window.aborts:
+            self._abort_open()  # capture reads that transaction again
+            return
+        if window.more:
+            if self._open is None:
+                self._open = await asyncio.to_thread(self.windows.open_window)
+            await self._add(self._open, window.events)
+            return
+        buffer = self.buffer
+        if window.scn <= buffer.max_scn:
+            self._abort_open()
+            return  # replayed after a restart: already held
+        if self._open is None and _record_size(window.events) <= buffer.capacity // 4:
+            buffer.append(window.scn, window.ts_ms, window.events)
+            return
+        opened = self._open
+        if opened is None:
+            opened = await asyncio.to_thread(self.windows.open_window)
+        self._open = None
+        try:
+            await self._add(opened, window.events)
+            dest = self.windows.path(window.scn)
+            length = await asyncio.to_thread(
+                opened.finish, window.scn, buffer.max_scn, window.ts_ms, dest
+            )
+        except BaseException:
+            opened.abort()
+            raise
+        buffer.append_reference(window.scn, window.ts_ms, opened.n_events, length)
+        log.info(
+            "window %d (%d events, %d bytes) held in %s", window.scn, opened.n_events, length, dest
+        )
+
+    async def _add(self, opened: OpenWindow, events: list[bytes]) -> None:
+        """Events into the open window's file, evicting older held windows while the files
+        would pass their limit."""
+        buffer = self.buffer
+        need = _record_size(events)
+        while buffer.external_count and (
+            buffer.external_bytes + opened.length + need > self.windows.limit
+        ):
+            buffer.evict_oldest()
+        self.windows.delete(buffer.take_evicted())
+        await asyncio.to_thread(opened.add, events)
+
+    def _abort_open(self) -> None:
+        if self._open is not None:
+            self._open.abort()
+            self._open = None
 
     def _wake_streams(self) -> None:
         changed, self.changed = self.changed, asyncio.Event()
@@ -286,6 +372,13 @@ class Relay(AsyncComponent):
             "events": buffer.event_count,
             "bytes": buffer.bytes_held,
             "buffer_capacity": buffer.capacity,
+            # windows too big for the buffer, held in files beside it (relay/windows.py)
+            "window_files": {
+                "windows": buffer.external_count,
+                "bytes": buffer.external_bytes,
+                "limit": self.windows.limit,
+                "receiving_bytes": self._open.length if self._open else 0,
+            },
             "clients": self.clients,
             "rejected_clients": self.rejected_clients,
             "queued_bytes": self.queued_bytes(),
@@ -379,6 +472,9 @@ class Relay(AsyncComponent):
             ("buffer_events", "gauge", s["events"]),
             ("buffer_bytes", "gauge", s["bytes"]),
             ("buffer_capacity_bytes", "gauge", s["buffer_capacity"]),
+            ("window_files", "gauge", s["window_files"]["windows"]),
+            ("window_files_bytes", "gauge", s["window_files"]["bytes"]),
+            ("window_files_limit_bytes", "gauge", s["window_files"]["limit"]),
             ("clients", "gauge", s["clients"]),
             ("rejected_clients_total", "counter", s["rejected_clients"]),
             ("queued_bytes", "gauge", s["queued_bytes"]),
@@ -403,3 +499,7 @@ class Relay(AsyncComponent):
                 if isinstance(value, int | float) and not isinstance(value, bool)
             ),
         ]
+
+
+def _record_size(events: list[bytes]) -> int:
+    return wire.WINDOW_HEADER_SIZE + sum(map(len, events)) + 8

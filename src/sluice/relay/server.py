@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 
 from sluice.core import wire
 from sluice.core.buffer import EventBuffer, Span
-from sluice.core.requests import HttpProblem, StreamRequest, parse_offsets, parse_stream
+from sluice.core.requests import (
+    HttpProblem,
+    OffsetsRequest,
+    StreamRequest,
+    parse_offsets,
+    parse_stream,
+)
 from sluice.errors import BootstrapRequired, ConfigError, SchemaError
 from sluice.relay.cold import MAX_COLD_READS, ColdRead
 from sluice.relay.turns import Turns
 from sluice.relay.view import RelayView
+from sluice.relay.windows import WindowFiles
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.events import json_lines
 from sluice.web import BINARY_TYPE, errors_as_json, json_response, metrics_text
@@ -53,10 +61,27 @@ class _Api:
                 f"since_scn {req.since_scn} is older than this relay holds",
                 oldest_scn=buffer.start_scn,
             )
-        scn, events = wire.offset_after(
-            _held_windows(buffer, req.since_scn), req.filter, req.since_scn, req.max_events
-        )
+        scn, events = await asyncio.to_thread(self._offset_after, req)
         return json_response(200, {"scn": scn, "events": events, "max_scn": buffer.max_scn})
+
+    def _offset_after(self, req: OffsetsRequest) -> tuple[int, int]:
+        """``wire.offset_after`` over the buffer, windows held in files counted from them.
+        In a worker thread: the windows are read as ``_held_windows`` copies them."""
+        scn, events = req.since_scn, 0
+        for window in _held_windows(self.relay.buffer, req.since_scn):
+            header = wire.read_window_header(window)
+            if header.external_len and not req.filter.is_open:
+                count = sum(
+                    wire.count_events(piece, req.filter)
+                    for piece in self.relay.windows.sub_windows(header.scn)
+                )
+            else:
+                count = wire.count_events(window, req.filter)
+            if events and events + count > req.max_events:
+                break
+            events += count
+            scn = header.scn
+        return scn, events
 
     async def stats(self, request: web.Request) -> web.Response:
         return json_response(200, self.relay.stats())
@@ -265,6 +290,9 @@ class _Streamer:
         the whole window, copied once. Each copy is checked against eviction before it is
         sent: a window overwritten while its client lagged cuts the stream (the client's retry
         then gets the 410)."""
+        if span.external:
+            await self._send_held(buffer, span)
+            return
         if self.req.json or not self.req.filter.is_open:
             await self._turn()
             record = buffer.copy(span.start, span.end)
@@ -276,6 +304,54 @@ class _Streamer:
             piece = buffer.copy(start, min(start + CHUNK_BYTES, span.end))
             _check_held(buffer, span)
             await self._write(piece)
+
+    async def _send_held(self, buffer: EventBuffer, span: Span) -> None:
+        """A window held in a file of its own, a chunk at a time: raw, its record as it is;
+        JSON, its events in pieces; filtered, a record of the kept events, measured and
+        checksummed in a first pass (the header goes first), then sent piece by piece."""
+        files = self.relay.windows
+        if self.req.json:
+            for piece in files.sub_windows(span.scn, CHUNK_BYTES):
+                await self._turn()
+                _check_held(buffer, span)
+                await self.send([piece])
+            return
+        if not self.req.filter.is_open:
+            await self._send_filtered(buffer, span)
+            return
+        for start in range(0, span.external, CHUNK_BYTES):
+            await self._turn()
+            end = min(start + CHUNK_BYTES, span.external)
+            try:
+                piece = await asyncio.to_thread(files.read, span.scn, start, end)
+            except FileNotFoundError:
+                raise _Evicted(f"window {span.scn} was evicted while its client lagged") from None
+            _check_held(buffer, span)
+            await self._write(piece)
+
+    async def _send_filtered(self, buffer: EventBuffer, span: Span) -> None:
+        flt, files = self.req.filter, self.relay.windows
+        try:
+            head = await asyncio.to_thread(_filtered_head, files, span.scn, flt)
+        except FileNotFoundError:
+            raise _Evicted(f"window {span.scn} was evicted while its client lagged") from None
+        if head is None:
+            return
+        _check_held(buffer, span)
+        await self._write(head)
+        body_len = 0
+        for piece in files.sub_windows(span.scn, CHUNK_BYTES):
+            kept = b"".join(
+                piece[s:e]
+                for s, e, key_hash, source, op in wire.iter_event_spans(piece)
+                if flt.keeps(key_hash, source, op)
+            )
+            if kept:
+                await self._turn()
+                _check_held(buffer, span)
+                body_len += len(kept)
+                await self._write(kept)
+        await self._write(wire.padding(body_len))
 
     async def send(self, windows: list[bytes]) -> None:
         kept = [w for w in (wire.filter_window(w, self.req.filter) for w in windows) if w]
@@ -329,6 +405,33 @@ def _lines(relay: RelayView, req: StreamRequest) -> Callable[[bytes], Iterator[s
     except ConfigError as exc:
         raise HttpProblem(400, str(exc)) from None
     return lambda window: windows.lines(window, codec)
+
+
+def _filtered_head(files: WindowFiles, scn: int, flt: wire.Filter) -> bytes | None:
+    """The header, with its CRC, of the record of the held window's events that ``flt``
+    keeps; None when it keeps none. Two passes over the file: the CRC starts with the header,
+    which needs the count and length first."""
+
+    def kept() -> Iterator[memoryview]:
+        for piece in files.sub_windows(scn):
+            view = memoryview(piece)
+            for s, e, key_hash, source, op in wire.iter_event_spans(piece):
+                if flt.keeps(key_hash, source, op):
+                    yield view[s:e]
+
+    count = body_len = 0
+    for event in kept():
+        count += 1
+        body_len += len(event)
+    if not count:
+        return None
+    first = wire.read_window_header(next(files.sub_windows(scn, 1)))
+    head = wire.window_head(first.scn, first.prev_scn, first.ts_ms, count, body_len)
+    crc = wire.crc_start(head)
+    for event in kept():
+        crc = zlib.crc32(event, crc)
+    crc = zlib.crc32(wire.padding(body_len), crc)
+    return head + crc.to_bytes(4, "little")
 
 
 class _Evicted(ConnectionResetError):

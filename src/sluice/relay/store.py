@@ -9,6 +9,7 @@ import mmap
 import os
 import shutil
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +112,12 @@ class BufferStore:
             state = {"max_scn": max_scn, "schemas": schemas or {}}
             write_atomically(self.data_dir / STATE_FILE, json.dumps(state))
 
-    def check_schemas(self, registry: SchemaRegistry) -> None:
+    def check_schemas(
+        self, registry: SchemaRegistry, held: Callable[[int], Iterable[bytes]]
+    ) -> None:
         """Refuse to start when a schema version the buffer's events use is missing, or a
-        schema file differs from what the relay wrote: consumers would fail on it later."""
+        schema file differs from what the relay wrote: consumers would fail on it later.
+        ``held(scn)`` gives a window held outside the ring in pieces."""
         recorded = self._state().get("schemas") or {}
         for source, versions in sorted(recorded.items()):
             for version, digest in sorted(versions.items()):
@@ -125,7 +129,10 @@ class BufferStore:
             if not windows:
                 break
             for window in windows:
-                used.update((e.source, e.schema_version) for e in wire.decode_events(window))
+                header = wire.read_window_header(window)
+                pieces = held(header.scn) if header.external_len else (window,)
+                for piece in pieces:
+                    used.update((e.source, e.schema_version) for e in wire.decode_events(piece))
             scn = wire.read_window_header(windows[-1]).scn
         for source, version in sorted(used):
             self._same_schema(registry, source, version, None)

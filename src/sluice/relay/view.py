@@ -13,6 +13,7 @@ from sluice.capture import CapturedWindow, CaptureSettings
 from sluice.core.buffer import EventBuffer
 from sluice.relay.config import RelayConfig
 from sluice.relay.turns import Turns
+from sluice.relay.windows import WindowFiles
 from sluice.schemas import SchemaRegistry
 
 
@@ -35,6 +36,9 @@ class RelayView(Protocol):
 
     @property
     def source_end_scn(self) -> int: ...
+
+    @property
+    def windows(self) -> WindowFiles: ...
 
     def capture_settings(self, sink: Callable[[CapturedWindow], None]) -> CaptureSettings: ...
 

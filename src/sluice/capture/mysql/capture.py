@@ -22,6 +22,7 @@ from sluice.capture.mysql.tables import TableDecoder
 from sluice.capture.mysql.url import parse_source_url
 from sluice.capture.seeding import Seeder
 from sluice.capture.source import (
+    ABORTED,
     CapturedWindow,
     CaptureSettings,
     CaptureSource,
@@ -36,7 +37,6 @@ from sluice.errors import (
     SluiceError,
     SourceConnectionError,
     SourceError,
-    WindowTooLarge,
 )
 from sluice.schemas import SchemaRegistry, TableSchema
 
@@ -49,7 +49,8 @@ _FL_STANDALONE = 1
 class _Transaction:
     events: list[bytes] = field(default_factory=list)
     open: bool = False
-    size: int = 0
+    size: int = 0  # bytes of ``events``
+    handed: int = 0  # events already handed over in parts (a big transaction)
 
 
 def describe(url: str, source: str) -> TableSchema:
@@ -110,7 +111,7 @@ def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
         settings.sink,
         server_id=settings.server_id,
         on_fatal=settings.on_fatal,
-        max_window_bytes=settings.max_window_bytes,
+        part_bytes=settings.part_bytes,
         on_decode_error=settings.on_decode_error,
     )
 
@@ -130,7 +131,7 @@ class MySQLCapture:
         *,
         server_id: int | None = None,
         on_fatal: Callable[[SluiceError], None] | None = None,
-        max_window_bytes: int | None = None,
+        part_bytes: int | None = None,
         on_decode_error: str = "stop_source",
     ) -> None:
         self._params = params
@@ -140,9 +141,10 @@ class MySQLCapture:
         self._sink = sink
         self._server_id = server_id or random.randint(10_000, 2**31 - 1)
         self._on_fatal = on_fatal
-        # Memory stays bounded: a transaction that cannot fit the buffer is refused as it
-        # grows, not after it was held whole.
-        self._max_window_bytes = max_window_bytes
+        # Memory stays bounded: a big transaction is handed over in parts as it grows
+        # (``CapturedWindow.more``), never held whole.
+        self._part_bytes = part_bytes
+        self._parts_open = False  # parts of an unfinished transaction were handed over
         self.stats = CaptureStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -216,6 +218,9 @@ class MySQLCapture:
         return log_name(self._info.log_base, scn_file_no(scn)), max(scn_position(scn), 4)
 
     def _stream_once(self) -> None:
+        if self._parts_open:  # read again from the last commit: its parts come again
+            self._sink(ABORTED)
+            self._parts_open = False
         file_name, position = self._start_position()
         stream = BinlogStream(self._params, self._server_id)
         self._stream = stream
@@ -277,6 +282,9 @@ class MySQLCapture:
             self._commit(txn, scn, timestamp)
             return _Transaction()
         if query == b"ROLLBACK":
+            if txn.handed:
+                self._sink(ABORTED)
+                self._parts_open = False
             return _Transaction()
         if not txn.open:  # a standalone statement (DDL): a transaction boundary without rows
             truncated = truncated_table(text, body[13 + status_len : 13 + status_len + db_len])
@@ -331,26 +339,32 @@ class MySQLCapture:
             return
         before = len(txn.events)
         txn.events.extend(decoder.events(kind, body))
-        if self._max_window_bytes is not None:
-            txn.size += sum(len(e) for e in txn.events[before:])
-            if txn.size > self._max_window_bytes:
-                raise WindowTooLarge(
-                    f"a transaction of more than {txn.size} bytes of events does not fit in "
-                    f"the event buffer ({self._max_window_bytes} bytes); raise --buffer-size",
-                    scn=self.stats.last_scn,
-                )
+        if self._part_bytes is not None:
+            txn.size += sum(map(len, txn.events[before:]))
+            if txn.size > self._part_bytes:
+                self._hand_part(txn)
+
+    def _hand_part(self, txn: _Transaction) -> None:
+        """A part of a big transaction to the sink (its SCN comes with the last part)."""
+        self._sink(CapturedWindow(0, 0, txn.events, more=True))
+        self._parts_open = True
+        txn.handed += len(txn.events)
+        txn.events = []
+        txn.size = 0
 
     def _commit(self, txn: _Transaction, scn: int, timestamp: int) -> None:
-        if txn.events:
+        if txn.events or txn.handed:
             now_ms = int(time.time() * 1000)
             self._sink(CapturedWindow(scn, timestamp * 1000, txn.events))
+            self._parts_open = False
             self.stats.windows += 1
-            self.stats.events += len(txn.events)
+            self.stats.events += len(txn.events) + txn.handed
             self.stats.last_commit_ms = timestamp * 1000
             self.stats.last_receive_ms = now_ms
             self.stats.last_seen_ms = now_ms
         self._advance(scn)
         txn.events = []
+        txn.handed = txn.size = 0
         txn.open = False
 
     def _advance(self, scn: int) -> None:

@@ -44,6 +44,7 @@ from sluice.capture.postgres.transcode import Slow
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.seeding import Seeder
 from sluice.capture.source import (
+    ABORTED,
     CapturedWindow,
     CaptureSettings,
     CaptureSource,
@@ -58,7 +59,6 @@ from sluice.errors import (
     SourceConnectionError,
     SourceError,
     SourceSetupError,
-    WindowTooLarge,
     first_line,
 )
 from sluice.schemas import Column, TableSchema
@@ -120,6 +120,7 @@ class PostgresCapture:
         self._thread: threading.Thread | None = None
         self._persisted = 0  # written by the relay's loop, read by the thread
         self._delivered = 0  # the newest window handed to the sink
+        self._parts_open = False  # parts of an unfinished transaction were handed over
         self._details_at = 0.0
         self._asked_at = 0.0
         self._fed_at = 0.0
@@ -171,6 +172,9 @@ class PostgresCapture:
         )
 
     def _stream_once(self) -> None:
+        if self._parts_open:  # read again from the last commit: its parts come again
+            self.settings.sink(ABORTED)
+            self._parts_open = False
         conn = connect(self.url, connection_factory=psycopg2.extras.LogicalReplicationConnection)
         self._meta = connect(self.url)
         self._meta.autocommit = True
@@ -244,16 +248,15 @@ class PostgresCapture:
                         pending.events.append(table.truncate_event())
 
     def _check_size(self, pending: _Pending) -> None:
-        """Refuse a transaction whose events already outgrow the buffer, while it is read:
-        memory stays bounded by the buffer's size, not the transaction's."""
-        limit = self.settings.max_window_bytes
+        """Hand the open transaction over in parts once its events outgrow a part (after the
+        windows committed before it): memory stays bounded, whatever the transaction's size."""
+        limit = self.settings.part_bytes
         if limit is not None and pending.open_bytes() > limit:
-            self._deliver(pending)  # the transactions before it are served
-            raise WindowTooLarge(
-                f"a transaction of more than {pending.open_bytes()} bytes of events does not "
-                f"fit in the event buffer ({limit} bytes); raise --buffer-size",
-                scn=self.stats.last_scn,
-            )
+            self._deliver(pending)  # the transactions before it come first
+            self.settings.sink(CapturedWindow(0, 0, pending.events, more=True))
+            self._parts_open = True
+            self.stats.events += len(pending.events)
+            pending.hand_over()
 
     def _deliver(self, pending: _Pending) -> None:
         """Hand the committed windows read so far to the sink, in commit order."""
@@ -263,14 +266,16 @@ class PostgresCapture:
         stats, sink = self.stats, self.settings.sink
         windows = events_count = 0
         for end_lsn, ts_micros, events in pending.windows:
-            if events:
+            if events or end_lsn in pending.parted:
                 sink(CapturedWindow(end_lsn, ts_micros // 1000, events))
+                self._parts_open = False
                 self._delivered = end_lsn
                 windows += 1
                 events_count += len(events)
                 stats.last_commit_ms = ts_micros // 1000
             stats.last_scn = end_lsn  # where a reconnect resumes: after what was delivered
         pending.windows = []
+        pending.parted.clear()
         now_ms = int(time.time() * 1000)
         stats.windows += windows
         stats.events += events_count
@@ -446,13 +451,25 @@ class _Pending:
         self.relid = b""  # the run's relation, as the message's 4 bytes
         self._cuts: list[tuple[int, list[bytes]]] = []  # (end in run, its window's events)
         self._bytes = self._counted = 0  # of the open transaction's events: see open_bytes
+        self._handed = False  # the open transaction's first events went to the sink in parts
+        self.parted: set[int] = set()  # committed windows whose first events did so
 
     def commit(self, end_lsn: int, ts_micros: int) -> None:
         if self.run:  # (a window with none of the run's messages: an empty part, harmless)
             self._cuts.append((len(self.run), self.events))
         self.windows.append((end_lsn, ts_micros, self.events))
+        if self._handed:
+            self.parted.add(end_lsn)
         self.events = []
         self._bytes = self._counted = 0
+        self._handed = False
+
+    def hand_over(self) -> None:
+        """The open transaction's events so far went to the sink as a part (no run is
+        pending: ``_changes`` took it)."""
+        self.events = []
+        self._bytes = self._counted = 0
+        self._handed = True
 
     def open_bytes(self) -> int:
         """The size of the open transaction's events so far (counted as they come)."""
