@@ -45,7 +45,9 @@ class RetryPolicy:
     give_up_after_s: float | None = None  # no relay answering this long: RelayUnavailable
 
     def delay(self, attempt: int) -> float:
-        return float(min(self.max_s, self.initial_s * (2 ** max(attempt - 1, 0))))
+        # the exponent is capped: 2 ** 1100 no longer converts to a float (a client retrying
+        # an unreachable relay for hours got there)
+        return float(min(self.max_s, self.initial_s * (2 ** min(max(attempt - 1, 0), 60))))
 
 
 @dataclass(frozen=True, slots=True)

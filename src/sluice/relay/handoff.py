@@ -19,20 +19,26 @@ from sluice.errors import SluiceError
 T = TypeVar("T")
 
 
+# Parts of a big transaction (``heavy`` items, ~1 MiB each) waiting at once: what the queue
+# holds stays bounded in bytes too, not only in windows.
+HEAVY_SLOTS = 4
+
+
 class Handoff(Generic[T]):
     def __init__(self, loop: asyncio.AbstractEventLoop, capacity: int) -> None:
         self._loop = loop
-        self._items: deque[T] = deque()
+        self._items: deque[tuple[T, bool]] = deque()
         self._slots = threading.Semaphore(capacity)
+        self._heavy = threading.Semaphore(HEAVY_SLOTS)
         self._ready = asyncio.Event()
         self._wake_pending = False
 
-    def put(self, item: T, stopping: Callable[[], bool]) -> None:
+    def put(self, item: T, stopping: Callable[[], bool], heavy: bool = False) -> None:
         """From the producer thread; raises ``SluiceError`` if ``stopping()`` while full."""
-        while not self._slots.acquire(timeout=0.5):
-            if stopping():
-                raise SluiceError("relay stopping")
-        self._items.append(item)
+        if heavy:
+            _acquire(self._heavy, stopping)
+        _acquire(self._slots, stopping)
+        self._items.append((item, heavy))
         if not self._wake_pending:  # the loop clears it before draining: no lost wake-up
             self._wake_pending = True
             self._loop.call_soon_threadsafe(self._ready.set)
@@ -44,8 +50,19 @@ class Handoff(Generic[T]):
             self._ready.clear()
             self._wake_pending = False
             items = []
+            heavy = 0
             while self._items:
-                items.append(self._items.popleft())
+                item, is_heavy = self._items.popleft()
+                items.append(item)
+                heavy += is_heavy
             if items:
                 self._slots.release(len(items))  # one wake-up of a blocked producer
+                if heavy:
+                    self._heavy.release(heavy)
                 return items
+
+
+def _acquire(slots: threading.Semaphore, stopping: Callable[[], bool]) -> None:
+    while not slots.acquire(timeout=0.5):
+        if stopping():
+            raise SluiceError("relay stopping")

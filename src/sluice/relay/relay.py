@@ -261,7 +261,7 @@ class Relay(AsyncComponent):
     def _sink(self, window: CapturedWindow) -> None:
         """Runs in the capture thread; blocks while the queue is full (backpressure)."""
         assert self._queue is not None
-        self._queue.put(window, lambda: self.stopping)
+        self._queue.put(window, lambda: self.stopping, window.more)
 
     def _on_fatal(self, error: SluiceError) -> None:
         assert self._loop is not None
