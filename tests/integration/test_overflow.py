@@ -7,9 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pymysql
 import pytest
 
+from sluice.core.pieces import Piece
 from sluice.errors import BootstrapRequired
 from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread
 from tests.integration.support import (
@@ -167,3 +169,55 @@ def test_held_windows_evict_older_ones_within_their_disk_limit(
         health = http_status(relay.url + "/healthz")[1]
         assert "--window-files-bytes" in health["error"]
         assert not (files / "open.tmp").exists()
+
+
+def test_the_bootstrap_log_takes_a_big_window_in_pieces(
+    mariadb: PrivateMariaDB,
+    database: str,
+    conn: pymysql.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sluice source's reader (here driven by the bootstrap log's writer) takes a window
+    bigger than a piece in pieces, never whole: the log gets every event once, numbered
+    0..n-1 within the window as if it had come whole."""
+    from sluice.bootstrap.logwriter import LogWriter
+    from sluice.bootstrap.reader import committed_files
+    from sluice.bootstrap.store import BootstrapStore
+    from sluice.spark import fetch
+
+    monkeypatch.setattr(fetch, "PIECE_BYTES", 256 * 1024)  # ~24 pieces
+    pieces: list[int] = []
+    whole = fetch.frames_in_pieces
+
+    def spy(*args: Any) -> Any:
+        for frame in whole(*args):
+            if isinstance(frame, Piece):
+                pieces.append(frame.first_seq)
+            yield frame
+
+    monkeypatch.setattr(fetch, "frames_in_pieces", spy)
+    source = f"{database}.big"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=1 << 20)
+    with RelayThread(config) as relay, conn.cursor() as cur:
+        start = get_json(relay.url + "/stats")["max_scn"]
+        cur.execute("INSERT INTO big VALUES (0, 'before')")
+        _big_transaction(cur, 1, 3000)  # ~6 MB: held in a file, read in pieces
+        _wait_held(relay.url, conn)
+        store = BootstrapStore(str(tmp_path / "store"))
+        store.create(start, (source,), new_source_start=start)
+        options = {"relay": relay.url, "sources": source, "startingScn": str(start)}
+        options |= {"includeRaw": "true", "images": "false", "partitions": "1"}
+        writer = LogWriter(store, options, max_events=100_000, trigger_s=0.1, once=True)
+        writer.start()
+        writer.wait(120)
+        assert writer.error is None and not writer.is_active
+    log = pq.ParquetDataset(committed_files(store)).read().to_pylist()
+    first = min(r["scn"] for r in log)
+    big = sorted((r for r in log if r["scn"] != first), key=lambda r: r["seq"])
+    assert len(log) == 3001 and len(pieces) > 10 and pieces == sorted(pieces)
+    assert [r["seq"] for r in big] == list(range(3000))
+    assert len({r["scn"] for r in big}) == 1
+    assert sorted(json.loads(r["key"])["id"] for r in log) == list(range(3001))

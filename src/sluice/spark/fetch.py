@@ -7,14 +7,22 @@ from collections.abc import Iterator
 from typing import Any
 
 from sluice.core.names import schemas_path
+from sluice.core.pieces import Piece
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SchemaError
 from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
 from sluice.schemas.debezium import check_connector
-from sluice.spark.http import frames, get_json
+from sluice.spark.http import frames, frames_in_pieces, get_json
 from sluice.spark.options import SourceOptions
 
 _registries: dict[tuple[str, ...], SchemaRegistry] = {}  # per worker process
+# A window bigger than this reaches the rows in pieces (a huge transaction is never whole in
+# a reader's memory; its micro-batch's Arrow batches stay the usual size).
+PIECE_BYTES = 4 << 20
+
+
+def _events(record: bytes) -> int:
+    return read_window_header(record).n_events
 
 
 class Fetcher:
@@ -160,21 +168,35 @@ class Fetcher:
             params["cold"] = "true"
         return params
 
-    def windows(self, start: int, end: int, index: int, count: int) -> Iterator[bytes]:
-        """Windows with ``start < scn <= end`` in key partition ``index/count``."""
+    def windows(self, start: int, end: int, index: int, count: int) -> Iterator[bytes | Piece]:
+        """Windows with ``start < scn <= end`` in key partition ``index/count``; a window
+        bigger than ``PIECE_BYTES`` in ``Piece``s, so no reader holds it whole."""
         scn, idle = start, 0
+        given = (0, 0)  # pieces of an unfinished window given: (its SCN, events)
         while scn < end:
             progressed = False
             for frame in self._stream(scn, index, count):
-                frame_scn = (
-                    frame.scn if isinstance(frame, Heartbeat) else read_window_header(frame).scn
-                )
-                if frame_scn > end:
-                    return
-                # A relay that failed mid-stream is followed by the next one from ``since``
-                # again: windows already given are skipped, never given twice.
-                if not isinstance(frame, Heartbeat) and frame_scn > scn:
-                    yield frame
+                if isinstance(frame, Piece):
+                    frame_scn = read_window_header(frame.record).scn
+                    if frame_scn > end:
+                        return
+                    # Read again after a failover: its pieces are cut alike; skip the given.
+                    already = given[1] if given[0] == frame_scn else 0
+                    if frame_scn > scn and frame.first_seq >= already:
+                        yield frame
+                        given = (frame_scn, frame.first_seq + _events(frame.record))
+                    if not frame.last:
+                        continue
+                else:
+                    frame_scn = (
+                        frame.scn if isinstance(frame, Heartbeat) else read_window_header(frame).scn
+                    )
+                    if frame_scn > end:
+                        return
+                    # A relay that failed mid-stream is followed by the next one from
+                    # ``since`` again: windows already given are skipped, never given twice.
+                    if not isinstance(frame, Heartbeat) and frame_scn > scn:
+                        yield frame
                 if frame_scn > scn:
                     scn, progressed = frame_scn, True
                 if scn >= end:
@@ -185,12 +207,12 @@ class Fetcher:
             if not progressed:
                 time.sleep(0.1)
 
-    def _stream(self, since: int, index: int, count: int) -> Iterator[bytes | Heartbeat]:
+    def _stream(self, since: int, index: int, count: int) -> Iterator[bytes | Heartbeat | Piece]:
         params = self._params(since, index, count)
         errors = []
         for url in self.options.relays:
             try:
-                yield from frames(url, "/stream", params)
+                yield from frames_in_pieces(url, "/stream", params, PIECE_BYTES)
                 return
             except BootstrapRequired:
                 break
@@ -198,7 +220,7 @@ class Fetcher:
                 errors.append(str(exc))
         else:
             raise RelayUnavailable("no relay answered: " + "; ".join(errors))
-        yield from frames(self._bootstrap(), "/stream", params)
+        yield from frames_in_pieces(self._bootstrap(), "/stream", params, PIECE_BYTES)
 
     def snapshot_windows(self, index: int, count: int) -> Iterator[bytes]:
         """Every row of the bootstrap snapshot (key partition ``index/count``), resumable."""

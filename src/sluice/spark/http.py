@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from sluice.client.transport import raise_for_status
+from sluice.core.pieces import Piece, PieceParser
 from sluice.core.wire import FrameParser, Heartbeat
 from sluice.errors import RelayUnavailable
 
@@ -58,14 +59,30 @@ def get_json(base: str, path: str, params: dict[str, str] | None = None) -> dict
 
 def frames(base: str, path: str, params: dict[str, str]) -> Iterator[bytes | Heartbeat]:
     """Windows and heartbeats of one ``/stream`` (or ``/snapshot``) response."""
-    conn, resp = _open(base, path, params)
     parser = FrameParser()
+    for data in _body(base, path, params):
+        yield from parser.feed(data)
+    if parser.pending:
+        raise RelayUnavailable(f"{base}: stream cut in the middle of a window")
+
+
+def frames_in_pieces(
+    base: str, path: str, params: dict[str, str], piece_bytes: int
+) -> Iterator[bytes | Heartbeat | Piece]:
+    """``frames``, with windows bigger than ``piece_bytes`` in ``Piece``s (core/pieces.py)."""
+    parser = PieceParser(piece_bytes)
+    for data in _body(base, path, params):
+        yield from parser.feed(data)
+    if parser.pending:
+        raise RelayUnavailable(f"{base}: stream cut in the middle of a window")
+
+
+def _body(base: str, path: str, params: dict[str, str]) -> Iterator[bytes]:
+    conn, resp = _open(base, path, params)
     try:
         while chunk := resp.read1(1 << 20):
-            yield from parser.feed(chunk)
+            yield chunk
     except OSError as exc:
         raise RelayUnavailable(f"{base}: {exc}") from None
     finally:
         conn.close()
-    if parser.pending:
-        raise RelayUnavailable(f"{base}: stream cut in the middle of a window")

@@ -31,6 +31,7 @@ class LogRows:
 
     def _clear(self) -> None:
         self._records: list[bytes] = []
+        self._first_seq: list[int] = []  # a big window's pieces number on from the first
         self._scns: list[int] = []
         self._ts_ms: list[int] = []
         self._events = 0
@@ -38,10 +39,11 @@ class LogRows:
     def __len__(self) -> int:
         return self._events
 
-    def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
+    def add_window(self, record: bytes, codec_for: CodecLookup, first_seq: int = 0) -> None:
         header = wire.read_window_header(record)
         self._codec_for = codec_for
         self._records.append(record)
+        self._first_seq.append(first_seq)
         self._scns.append(header.scn)
         self._ts_ms.append(header.ts_ms)
         self._events += header.n_events
@@ -51,7 +53,8 @@ class LogRows:
         n = len(events)
         counts = np.asarray(events.counts, dtype=np.int64)
         ends = np.cumsum(counts)
-        seq = np.arange(n, dtype=np.int32) - np.repeat(ends - counts, counts).astype(np.int32)
+        starts = ends - counts - np.asarray(self._first_seq, dtype=np.int64)
+        seq = np.arange(n, dtype=np.int32) - np.repeat(starts, counts).astype(np.int32)
         ts = np.repeat(np.asarray(self._ts_ms, dtype=np.int64) * 1000, counts)
         ops = pa.array([self.op_override] * n, pa.string()) if self.op_override else events.ops()
         codec_for = self._codec_for

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from sluice.core import wire
+from sluice.core.pieces import Piece
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.schemas.columns import KIND
 from sluice.schemas.debezium import DebeziumWindows
@@ -55,10 +56,10 @@ class GenericRows:
     def __len__(self) -> int:
         return len(self.columns[0])
 
-    def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
+    def add_window(self, record: bytes, codec_for: CodecLookup, first_seq: int = 0) -> None:
         header = wire.read_window_header(record)
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
-        for seq, raw in enumerate(wire.decode_events(record)):
+        for seq, raw in enumerate(wire.decode_events(record), first_seq):
             if raw.op == "t":
                 key, before, after = "null", "null", "null"
             elif self.images:
@@ -111,7 +112,7 @@ class DebeziumRows:
     def __len__(self) -> int:
         return len(self.columns[0])
 
-    def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
+    def add_window(self, record: bytes, codec_for: CodecLookup, first_seq: int = 0) -> None:
         header = wire.read_window_header(record)
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
         events = self.windows.events(record, codec_for, self.op_override, with_keys=True)
@@ -218,7 +219,7 @@ class TypedRows:
     def __len__(self) -> int:
         return len(self.columns[0])
 
-    def add_window(self, record: bytes, codec_for: CodecLookup) -> None:
+    def add_window(self, record: bytes, codec_for: CodecLookup, first_seq: int = 0) -> None:
         header = wire.read_window_header(record)
         ts = dt.datetime.fromtimestamp(header.ts_ms / 1000, dt.UTC)
         for raw in wire.decode_events(record):
@@ -242,21 +243,27 @@ class TypedRows:
 
 class Rows(Protocol):
     def __len__(self) -> int: ...
-    def add_window(self, record: bytes, codec_for: CodecLookup) -> None: ...
+    def add_window(self, record: bytes, codec_for: CodecLookup, first_seq: int = 0) -> None:
+        """A window's events (or a piece's: ``first_seq`` is its first event's number)."""
+
     def batch(self) -> pa.RecordBatch: ...
 
 
 def chunks(
     rows: Rows,
-    windows: Iterable[bytes],
+    windows: Iterable[bytes | Piece],
     codec_for: CodecLookup,
     arrow: bool = True,
     size: int = 8192,
 ) -> Iterable[Any]:
-    """Arrow record batches (or, with ``arrow=False``, plain tuples) of the windows' events."""
+    """Arrow record batches (or, with ``arrow=False``, plain tuples) of the windows' events
+    (a big window's pieces each as a window, numbered on from its first event)."""
     size = getattr(rows, "batch_rows", size)
-    for record in windows:
-        rows.add_window(record, codec_for)
+    for item in windows:
+        if isinstance(item, Piece):
+            rows.add_window(item.record, codec_for, item.first_seq)
+        else:
+            rows.add_window(item, codec_for)
         if len(rows) >= size:
             yield from _drain(rows, arrow)
     if len(rows):

@@ -28,6 +28,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from sluice.core.pieces import Piece
 from sluice.errors import BootstrapRequired
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.spark.fetch import Fetcher
@@ -87,8 +88,9 @@ class _Reading:
             else:
                 yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
             return
+        windows: Iterator[bytes | Piece]
         if part.snapshot:
-            windows = self.fetcher.snapshot_windows(part.index, part.count)
+            windows = iter(self.fetcher.snapshot_windows(part.index, part.count))
         else:
             windows = self.fetcher.windows(part.start, part.end, part.index, part.count)
         yield from chunks(
