@@ -21,7 +21,7 @@ from sluice.capture import (
 from sluice.core import wire
 from sluice.core.buffer import EventBuffer
 from sluice.core.component import AsyncComponent
-from sluice.errors import SluiceError, WindowTooLarge
+from sluice.errors import ConfigError, SluiceError, WindowTooLarge
 from sluice.relay.config import RelayConfig
 from sluice.relay.handoff import Handoff
 from sluice.relay.server import make_app
@@ -73,6 +73,7 @@ class Relay(AsyncComponent):
         self.persist_failures = 0
         self._windows: WindowFiles | None = None
         self._open: OpenWindow | None = None  # a big transaction arriving in parts
+        self._capturing = False  # capture started: stop() saves where it got to
 
     @property
     def buffer(self) -> EventBuffer:
@@ -103,9 +104,11 @@ class Relay(AsyncComponent):
             self.source_info = source_info(url)
             info = await asyncio.to_thread(capture.check)
             start = self._start_scn(store, info.end_scn)
+            self._record_start(store, start)
             self._tidy_windows()
             store.check_schemas(self.registry, self.windows.sub_windows)
             capture.start(start)
+            self._capturing = True
             log.info("relay capturing %s after SCN %d", ", ".join(self.tables), start)
             await self._serve()
         except BaseException:
@@ -197,6 +200,20 @@ class Relay(AsyncComponent):
         buffer.format(end_scn)
         return end_scn
 
+    def _record_start(self, store: BufferStore, start: int) -> None:
+        """The SCN capture starts after is saved before capture starts, or the relay does
+        not start: a later restart must resume from it, never from the source's end."""
+        if self.config.since_scn is None and store.persisted_scn() == store.buffer.max_scn:
+            return
+        try:
+            store.persist(store.buffer.max_scn, self.registry.fingerprints())
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot save the starting SCN {start} in {self.config.data_dir}: "
+                f"{exc.strerror or exc}; free some space (or fix the folder's permissions) "
+                "and start again: capture does not start until it is saved"
+            ) from None
+
     def _tidy_windows(self) -> None:
         """Files of held windows after a restart: leftovers go; a missing or damaged one
         drops the history up to it (clients older than it bootstrap), never served broken."""
@@ -252,8 +269,13 @@ class Relay(AsyncComponent):
             self._open.abort()
             self._open = None
         if self._store is not None:
-            if self._store.buffer.window_count or self._store.persisted_scn() is not None:
-                self._store.persist(self._store.buffer.max_scn, self.registry.fingerprints())
+            try:
+                if self._capturing and (
+                    self._store.buffer.window_count or self._store.persisted_scn() is not None
+                ):
+                    self._store.persist(self._store.buffer.max_scn, self.registry.fingerprints())
+            except OSError as exc:  # the last save: the next start reads again from the last
+                log.error("could not save the relay's state at stop: %s", exc)
             self._store.close()
         log.info("relay stopped")
 
@@ -372,6 +394,8 @@ class Relay(AsyncComponent):
             "events": buffer.event_count,
             "bytes": buffer.bytes_held,
             "buffer_capacity": buffer.capacity,
+            # a restart with another buffer size: what moved over to the new one
+            "resized": self._resized(),
             # windows too big for the buffer, held in files beside it (relay/windows.py)
             "window_files": {
                 "windows": buffer.external_count,
@@ -415,6 +439,12 @@ class Relay(AsyncComponent):
                 "tables": {k: dict(v) for k, v in cap.tables.items()} if cap else {},
             },
         }
+
+    def _resized(self) -> dict[str, int] | None:
+        resized = self._store.resized if self._store else None
+        if resized is None:
+            return None
+        return {"from_bytes": resized[0], "kept_windows": resized[1], "dropped_windows": resized[2]}
 
     def queued_bytes(self) -> int:
         """Bytes written to streams that their clients have not read yet (kernel buffers
@@ -472,6 +502,7 @@ class Relay(AsyncComponent):
             ("buffer_events", "gauge", s["events"]),
             ("buffer_bytes", "gauge", s["bytes"]),
             ("buffer_capacity_bytes", "gauge", s["buffer_capacity"]),
+            ("resize_dropped_windows", "gauge", (s["resized"] or {}).get("dropped_windows", 0)),
             ("window_files", "gauge", s["window_files"]["windows"]),
             ("window_files_bytes", "gauge", s["window_files"]["bytes"]),
             ("window_files_limit_bytes", "gauge", s["window_files"]["limit"]),

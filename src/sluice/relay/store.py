@@ -43,6 +43,66 @@ def _allocate(fd: int, size: int, path: Path) -> None:
         log.warning("cannot reserve %s on this file system: a full disk may stop the relay", path)
 
 
+def _map(path: Path, size: int) -> tuple[int, mmap.mmap]:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        _allocate(fd, size, path)
+        return fd, mmap.mmap(fd, size)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot map the event buffer {path} ({size} bytes): {exc}; "
+            "check --data-dir and --buffer-size"
+        ) from None
+
+
+def _move_windows(old: Path, buffer: EventBuffer) -> tuple[int, int, int]:
+    """The windows of a buffer file of another size into ``buffer`` (newest kept when they do
+    not all fit), then the old file goes; returns (old size, kept, dropped)."""
+    size = old.stat().st_size
+    with old.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) as mem:
+        previous = EventBuffer(mem)
+        held = previous.restore()
+        records = _records(previous) if held else []
+    buffer.format(previous.start_scn if held else 0)
+    room, keep = buffer.capacity, 0
+    for record in reversed(records):  # the newest that fit, with some room to spare
+        room -= len(record)
+        if room < buffer.capacity // 8:
+            break
+        keep += 1
+    for record in records[len(records) - keep :]:
+        header = wire.read_window_header(record)
+        if header.external_len:
+            buffer.append_reference(header.scn, header.ts_ms, header.n_events, header.external_len)
+        else:
+            events = [record[s:e] for s, e, *_ in wire.iter_event_spans(record)]
+            buffer.append(header.scn, header.ts_ms, events)
+    dropped = len(records) - keep
+    if dropped:
+        log.warning(
+            "the event buffer is now %d bytes (it was %d): its %d oldest windows do not fit and "
+            "are dropped; clients older than SCN %d need a bootstrap",
+            buffer.capacity,
+            previous.capacity,
+            dropped,
+            buffer.start_scn,
+        )
+    log.info("event buffer resized from %d bytes: its %d newest windows kept", size, keep)
+    old.unlink()
+    return size, keep, dropped
+
+
+def _records(buffer: EventBuffer) -> list[bytes]:
+    out: list[bytes] = []
+    scn = buffer.start_scn
+    while True:
+        windows, _cursor = buffer.read(scn, 1 << 24)
+        if not windows:
+            return out
+        out += windows
+        scn = wire.read_window_header(windows[-1]).scn
+
+
 class BufferStore:
     """Owns the mmap; ``buffer`` is the pure layout on top of it."""
 
@@ -59,20 +119,21 @@ class BufferStore:
                     f"{'max SCN' if name == STATE_FILE else 'event buffer'} there)"
                 )
         path = data_dir / BUFFER_FILE
-        existed = path.exists() and path.stat().st_size == size
-        try:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            _allocate(self._fd, size, path)
-            self._mmap = mmap.mmap(self._fd, size)
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot map the event buffer {path} ({size} bytes): {exc}; "
-                "check --data-dir and --buffer-size"
-            ) from None
+        old = path.with_suffix(".old")  # a buffer of another size, whose windows move over
+        if path.is_file() and path.stat().st_size != size:
+            path.replace(old)
+        existed = path.exists()
+        self._fd, self._mmap = _map(path, size)
         # persist() runs in a worker thread; stop() persists once more and closes. One at a
         # time: a cancelled task's thread may still be flushing when stop() gets here.
         self._lock = threading.Lock()
         self.buffer = EventBuffer(self._mmap)
+        # a restart with another --buffer-size: (old size, windows kept, windows dropped)
+        self.resized: tuple[int, int, int] | None = None
+        if old.is_file():  # (again, if a restart cut the move short)
+            self.resized = _move_windows(old, self.buffer)
+            self._mmap.flush()
+            existed = self.resized[1] > 0
         self.restored = existed and self.buffer.restore()
         if existed and not self.restored:
             log.warning("event buffer file %s is not valid; starting a new one", path)
