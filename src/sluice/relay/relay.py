@@ -24,23 +24,23 @@ from sluice.core.component import AsyncComponent
 from sluice.errors import ConfigError, SluiceError, WindowTooLarge
 from sluice.relay.config import RelayConfig
 from sluice.relay.handoff import Handoff
+from sluice.relay.observe import Observed
 from sluice.relay.server import make_app
 from sluice.relay.store import STATE_FILE, BufferStore
 from sluice.relay.turns import Turns
 from sluice.relay.windows import OpenWindow, WindowFiles
 from sluice.schemas import SchemaRegistry
-from sluice.web import rss_bytes, start_site
+from sluice.web import start_site
 
 log = logging.getLogger(__name__)
 # Failures a background task retries: they pass when the disk or the descriptors free up.
 _TRANSIENT = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.EIO})
-SILENT_MS = 5_000  # /healthz turns 503 after this long without a word from the source
 # Capture hands a transaction over in parts of this size; one bigger than a quarter of the
 # ring (or delivered in parts) is held in a file of its own (relay/windows.py).
 PART_BYTES = 1 << 20
 
 
-class Relay(AsyncComponent):
+class Relay(Observed, AsyncComponent):
     """``async with Relay(config) as relay:`` serves until the block ends."""
 
     def __init__(self, config: RelayConfig) -> None:
@@ -73,6 +73,8 @@ class Relay(AsyncComponent):
         self.persist_failures = 0
         self._windows: WindowFiles | None = None
         self._open: OpenWindow | None = None  # a big transaction arriving in parts
+        self._parts: list[bytes] = []  # parts of a transaction not (yet) big enough for a file
+        self._parts_bytes = 0
         self._capturing = False  # capture started: stop() saves where it got to
 
     @property
@@ -310,28 +312,31 @@ class Relay(AsyncComponent):
             self._wake_streams()
 
     async def _take(self, window: CapturedWindow) -> None:
-        """One window, or a part of one, into the buffer (big ones through a file)."""
+        """One window, or a part of one, into the buffer. Parts wait in memory up to a
+        quarter of the buffer; a window bigger than that goes to a file of its own."""
         if window.aborts:
             self._abort_open()  # capture reads that transaction again
             return
         if window.more:
-            if self._open is None:
-                self._open = await asyncio.to_thread(self.windows.open_window)
-            await self._add(self._open, window.events)
+            await self._hold(window.events)
             return
         buffer = self.buffer
         if window.scn <= buffer.max_scn:
             self._abort_open()
             return  # replayed after a restart: already held
-        if self._open is None and _record_size(window.events) <= buffer.capacity // 4:
-            buffer.append(window.scn, window.ts_ms, window.events)
-            return
+        events = window.events
+        if self._open is None:
+            events = self._parts + events if self._parts else events
+            self._parts, self._parts_bytes = [], 0
+            if _record_size(events) <= buffer.capacity // 4:
+                buffer.append(window.scn, window.ts_ms, events)
+                return
         opened = self._open
         if opened is None:
             opened = await asyncio.to_thread(self.windows.open_window)
         self._open = None
         try:
-            await self._add(opened, window.events)
+            await self._add(opened, events)
             dest = self.windows.path(window.scn)
             length = await asyncio.to_thread(
                 opened.finish, window.scn, buffer.max_scn, window.ts_ms, dest
@@ -343,6 +348,18 @@ class Relay(AsyncComponent):
         log.info(
             "window %d (%d events, %d bytes) held in %s", window.scn, opened.n_events, length, dest
         )
+
+    async def _hold(self, events: list[bytes]) -> None:
+        """A part of a transaction: kept while all its parts fit a quarter of the buffer,
+        then written (with those before it) to the file of an open window."""
+        if self._open is None:
+            self._parts += events
+            self._parts_bytes += sum(map(len, events))
+            if self._parts_bytes + 64 <= self.buffer.capacity // 4:
+                return
+            events, self._parts, self._parts_bytes = self._parts, [], 0
+            self._open = await asyncio.to_thread(self.windows.open_window)
+        await self._add(self._open, events)
 
     async def _add(self, opened: OpenWindow, events: list[bytes]) -> None:
         """Events into the open window's file, evicting older held windows while the files
@@ -357,6 +374,7 @@ class Relay(AsyncComponent):
         await asyncio.to_thread(opened.add, events)
 
     def _abort_open(self) -> None:
+        self._parts, self._parts_bytes = [], 0
         if self._open is not None:
             self._open.abort()
             self._open = None
@@ -381,155 +399,6 @@ class Relay(AsyncComponent):
             if self._capture is not None:  # the source may release its log up to here
                 await asyncio.to_thread(self._capture.on_persisted, scn)
             await asyncio.sleep(self.config.persist_interval_ms / 1000)
-
-    # -- observability -----------------------------------------------------------------------
-    def stats(self) -> dict[str, Any]:
-        buffer = self.buffer
-        cap = self._capture.stats if self._capture else None
-        lag = (cap.last_receive_ms - cap.last_commit_ms) if cap and cap.windows else 0
-        return {
-            "min_scn": buffer.start_scn,
-            "max_scn": buffer.max_scn,
-            "windows": buffer.window_count,
-            "events": buffer.event_count,
-            "bytes": buffer.bytes_held,
-            "buffer_capacity": buffer.capacity,
-            # a restart with another buffer size: what moved over to the new one
-            "resized": self._resized(),
-            # windows too big for the buffer, held in files beside it (relay/windows.py)
-            "window_files": {
-                "windows": buffer.external_count,
-                "bytes": buffer.external_bytes,
-                "limit": self.windows.limit,
-                "receiving_bytes": self._open.length if self._open else 0,
-            },
-            "clients": self.clients,
-            "rejected_clients": self.rejected_clients,
-            "queued_bytes": self.queued_bytes(),
-            # streams catching up that wait for their turn now, and turns waited in all
-            "catching_up": self.turns.waiting,
-            "turn_waits": self.turns.waits,
-            "rss_bytes": rss_bytes(),
-            "persist": {
-                "persisted_scn": self.persisted_scn,
-                "error": self.task_errors.get("persist"),
-                "failures": self.persist_failures,
-            },
-            "cold_reads": self.cold_reads,
-            "bytes_served": self.bytes_served,
-            "sources": list(self.tables),
-            "uptime_s": round(time.time() - self._started_at, 1),
-            "capture": {
-                "connected": bool(cap and cap.connected),
-                "last_scn": cap.last_scn if cap else 0,
-                "source_end_scn": cap.source_end_scn if cap else 0,
-                "lag_ms": lag,
-                # how long the source has said nothing at all (it sends heartbeats when idle)
-                "silent_ms": self._silent_ms(cap),
-                "windows": cap.windows if cap else 0,
-                "events": cap.events if cap else 0,
-                "reconnects": cap.reconnects if cap else 0,
-                "error": str(self.capture_error) if self.capture_error else None,
-                # a local failure (a full disk) capture waits out, reading again from the
-                # last commit
-                "paused": cap.local_error if cap and not cap.connected else None,
-                "stopped_sources": dict(cap.stopped_sources) if cap else {},
-                "skipped_events": cap.skipped_events if cap else 0,
-                "source": dict(cap.details) if cap else {},
-                "tables": {k: dict(v) for k, v in cap.tables.items()} if cap else {},
-            },
-        }
-
-    def _resized(self) -> dict[str, int] | None:
-        resized = self._store.resized if self._store else None
-        if resized is None:
-            return None
-        return {"from_bytes": resized[0], "kept_windows": resized[1], "dropped_windows": resized[2]}
-
-    def queued_bytes(self) -> int:
-        """Bytes written to streams that their clients have not read yet (kernel buffers
-        aside): bounded by a chunk per stream, as the streams wait for their clients."""
-        total = 0
-        for request in self.streams.values():
-            transport = request.transport
-            if transport is not None:
-                total += transport.get_write_buffer_size()
-        return total
-
-    def _silent_ms(self, cap: Any) -> int:
-        if cap is None:
-            return 0
-        since = cap.last_seen_ms or int(self._started_at * 1000)
-        return max(0, int(time.time() * 1000) - since)
-
-    def health_problem(self) -> dict[str, Any] | None:
-        """Why ``/healthz`` is not 200, or None: capture stopped, tables stopped, or a source
-        that has been unreachable or silent for more than ``SILENT_MS``."""
-        if self.capture_error is not None:
-            return {"status": "capture stopped", "error": str(self.capture_error)}
-        if self.task_errors:
-            return {
-                "status": "failing: " + ", ".join(sorted(self.task_errors)),
-                "error": "; ".join(self.task_errors.values()),
-                "persisted_scn": self.persisted_scn,
-                "max_scn": self.buffer.max_scn,
-            }
-        capture = self.stats()["capture"]
-        if capture["paused"]:
-            return {"status": "capture paused", "error": capture["paused"]}
-        if capture["stopped_sources"]:
-            return {
-                "status": "capture of some sources stopped",
-                "stopped_sources": capture["stopped_sources"],
-            }
-        if capture["silent_ms"] > SILENT_MS:
-            status = "source silent" if capture["connected"] else "source unreachable"
-            return {
-                "status": status,
-                "silent_ms": capture["silent_ms"],
-                "error": f"no word from the source for {capture['silent_ms']} ms (heartbeats "
-                "come every second): is the database down, frozen or unreachable?",
-            }
-        return None
-
-    def metrics(self) -> list[tuple[str, str, int | float]]:
-        s = self.stats()
-        cap = s["capture"]
-        return [
-            ("min_scn", "gauge", s["min_scn"]),
-            ("max_scn", "gauge", s["max_scn"]),
-            ("buffer_windows", "gauge", s["windows"]),
-            ("buffer_events", "gauge", s["events"]),
-            ("buffer_bytes", "gauge", s["bytes"]),
-            ("buffer_capacity_bytes", "gauge", s["buffer_capacity"]),
-            ("resize_dropped_windows", "gauge", (s["resized"] or {}).get("dropped_windows", 0)),
-            ("window_files", "gauge", s["window_files"]["windows"]),
-            ("window_files_bytes", "gauge", s["window_files"]["bytes"]),
-            ("window_files_limit_bytes", "gauge", s["window_files"]["limit"]),
-            ("clients", "gauge", s["clients"]),
-            ("rejected_clients_total", "counter", s["rejected_clients"]),
-            ("queued_bytes", "gauge", s["queued_bytes"]),
-            ("catching_up_streams", "gauge", s["catching_up"]),
-            ("turn_waits_total", "counter", s["turn_waits"]),
-            ("rss_bytes", "gauge", s["rss_bytes"]),
-            ("persisted_scn", "gauge", s["persist"]["persisted_scn"]),
-            ("persist_failures_total", "counter", s["persist"]["failures"]),
-            ("served_bytes_total", "counter", s["bytes_served"]),
-            ("captured_windows_total", "counter", cap["windows"]),
-            ("captured_events_total", "counter", cap["events"]),
-            ("capture_lag_ms", "gauge", cap["lag_ms"]),
-            ("capture_reconnects_total", "counter", cap["reconnects"]),
-            ("capture_up", "gauge", int(cap["connected"] and not cap["error"])),
-            ("capture_stopped_sources", "gauge", len(cap["stopped_sources"])),
-            ("capture_skipped_events_total", "counter", cap["skipped_events"]),
-            # what the source kind reports of its own, where it is a number (PostgreSQL: the
-            # slot's retained WAL and positions)
-            *(
-                (f"capture_source_{key}", "gauge", value)
-                for key, value in sorted(cap["source"].items())
-                if isinstance(value, int | float) and not isinstance(value, bool)
-            ),
-        ]
 
 
 def _record_size(events: list[bytes]) -> int:
