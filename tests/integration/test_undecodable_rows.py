@@ -17,6 +17,7 @@ from tests.integration.support import (
     get_json,
     http_status,
     relay_config,
+    wait_for,
     wait_relay_caught_up,
 )
 
@@ -80,3 +81,38 @@ def test_an_undecodable_row_stops_only_its_table_or_is_skipped(
         assert ids == [1, 2, 4]  # only the rows event that failed is gone
         assert capture["skipped_events"] == 1 and capture["stopped_sources"] == {}
         assert health[0] == 200
+
+
+def test_a_table_stopped_inside_a_transaction_handed_over_in_parts_is_read_again_without_it(
+    mariadb: PrivateMariaDB,
+    database: str,
+    conn: pymysql.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bad table's earlier rows of a big transaction already went to the relay in parts
+    when its bad row comes: capture reads the transaction again without that table, so no
+    half of it is served; the other table's rows of it all are."""
+    bad, good = f"{database}.bad", f"{database}.good"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE bad (id INT PRIMARY KEY, note VARCHAR(2000))")
+        cur.execute("CREATE TABLE good (id INT PRIMARY KEY, note VARCHAR(2000))")
+    _poison(monkeypatch)
+    config = relay_config(mariadb, [bad, good], tmp_path / "relay", buffer_size=64 * 1024)
+    with RelayThread(config) as relay:  # parts of 8 KiB
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            for i in range(60):  # ~120 KB, many parts, before the bad row
+                cur.execute("INSERT INTO bad VALUES (%s, %s)", (i, "x" * 2000))
+                cur.execute("INSERT INTO good VALUES (%s, %s)", (i, "y" * 2000))
+            cur.execute("INSERT INTO bad VALUES (1000, 'poison')")
+            cur.execute("COMMIT")
+            cur.execute("INSERT INTO good VALUES (1000, 'after')")
+        target = wait_relay_caught_up(relay.url, conn)
+        wait_for(lambda: get_json(relay.url + "/stats")["max_scn"] >= target, 30, "the buffer")
+        replica = ReplicaConsumer()
+        consume(relay.url, replica)
+        capture = get_json(relay.url + "/stats")["capture"]
+    assert replica.snapshot(bad) == {}
+    assert len(replica.snapshot(good)) == 61
+    assert bad in capture["stopped_sources"] and capture["reconnects"] >= 1

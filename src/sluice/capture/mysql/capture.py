@@ -332,6 +332,13 @@ class MySQLCapture:
             raise exc
         message = f"{exc} (the rows event ending at binlog {where})"
         undecodable(self.stats, self._on_decode_error, exc.source, message, txn.events)
+        if txn.handed and exc.source in self.stats.stopped_sources:
+            # Parts handed over already hold that table's earlier rows of this transaction:
+            # read it again from its start (the relay drops the parts), now without them.
+            raise SourceConnectionError(
+                f"reading the transaction at {where} again without {exc.source}, whose capture "
+                "stopped inside it"
+            )
 
     def _rows(self, txn: _Transaction, kind: int, body: bytes) -> None:
         decoder = self._decoders.get(int.from_bytes(body[:6], "little"))

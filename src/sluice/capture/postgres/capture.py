@@ -429,6 +429,13 @@ class PostgresCapture:
     def _undecodable(self, exc: DecodeError, table: PgTable, events: list[bytes], at: int) -> None:
         message = f"{exc} (WAL position {_lsn(at)})"
         undecodable(self.stats, self.settings.on_decode_error, table.source, message, events)
+        if self._parts_open and table.source in self.stats.stopped_sources:
+            # Parts handed over already hold that table's earlier rows of this transaction:
+            # read it again from its start (the relay drops the parts), now without them.
+            raise SourceConnectionError(
+                f"reading the transaction at {_lsn(at)} again without {table.source}, whose "
+                "capture stopped inside it"
+            )
 
 
 # Longer runs cost more per row (cache misses) and hold more memory; shorter ones less often
