@@ -6,6 +6,7 @@ memory does not grow with the transaction. On MariaDB and on PostgreSQL."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +18,13 @@ import pymysql
 from sluice.client import Client, ClientConfig, FileCheckpointStore, RetryPolicy
 from sluice.testing import PrivateMariaDB, RelayProcess, ReplicaConsumer, free_port
 from sluice.testing.postgres import PrivatePostgres
-from tests.integration.support import assert_replica_equals, consume, get_json, wait_for
+from tests.integration.support import (
+    SLUICE,
+    assert_replica_equals,
+    consume,
+    get_json,
+    wait_for,
+)
 
 ROWS = 400_000
 PAD = "x" * 170  # ~200-byte rows
@@ -179,3 +186,42 @@ def test_postgres_transaction_of_3x_the_buffer_through_a_relay_sigkill(
 
     _through_a_kill(args, tmp_path, write, check)
     conn.close()
+
+
+def test_a_consumer_killed_inside_a_big_window_gets_it_whole_again(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    """``sluice tail`` SIGKILLed while it writes a window held in a file: its checkpoint is
+    still before the window, so the restarted tail writes the whole window again."""
+    source = f"{database}.wide"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE wide (id INT PRIMARY KEY, n BIGINT, pad VARCHAR(200))")
+    args = ["--source", mariadb.url, "--port", "0", "--data-dir", str(tmp_path / "relay")]
+    args += ["--table", source, "--buffer-size", str(1 << 20)]
+    args += ["--window-files-bytes", str(64 << 20)]
+    relay = RelayProcess(args, tmp_path / "relay.log").start()
+    tail = [*SLUICE, "tail", "--relay", relay.url, "--checkpoint-dir", str(tmp_path / "ckpt")]
+    start = str(get_json(relay.url + "/stats")["min_scn"])
+    outputs = [tmp_path / "out1.jsonl", tmp_path / "out2.jsonl"]
+    try:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO wide VALUES (0, 0, 'before')")
+            cur.execute(f"INSERT INTO wide SELECT seq, seq, '{PAD}' FROM seq_1_to_100000")
+            cur.execute("INSERT INTO wide VALUES (100001, 0, 'after')")
+        wait_for(lambda: _held(relay.url), 120, "the big window held")
+        with outputs[0].open("w") as out:
+            first = subprocess.Popen([*tail, "--since-scn", start], stdout=out)
+            wait_for(lambda: outputs[0].stat().st_size > 2 << 20, 120, "tail inside the window")
+            first.kill()
+            first.wait()
+        lines = outputs[0].read_text().count("\n")
+        assert 1 < lines < 100_002  # killed inside the big window
+        with outputs[1].open("w") as out:
+            second = subprocess.run(
+                [*tail, "--until-caught-up"], stdout=out, timeout=300, check=False
+            )
+        assert second.returncode == 0
+    finally:
+        relay.stop()
+    again = [json.loads(line)["key"]["id"] for line in outputs[1].read_text().splitlines()]
+    assert again == list(range(1, 100_002))  # the whole window, then the one after
