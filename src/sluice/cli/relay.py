@@ -52,7 +52,7 @@ def add_parser(sub: Any) -> None:
         type=int,
         metavar="BYTES",
         help="disk for transactions too big for the buffer, kept in files beside it "
-        "(default 16 x --buffer-size)",
+        "(default 17 x --buffer-size: a transaction of 16 buffers fits)",
     )
     p.add_argument(
         "--on-decode-error",

@@ -26,8 +26,9 @@ class RelayConfig(SluiceSettings):
     since_scn: int | None = Field(default=None, ge=0)
     buffer_size: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
     # Disk for windows too big for the buffer, each in a file beside it (relay/windows.py);
-    # None: 16 times buffer_size. Older windows are evicted to make room; a single
-    # transaction bigger than this stops capture with an error naming the setting.
+    # None: 17 times buffer_size (a transaction of 16 buffers fits). Older windows are
+    # evicted to make room; a single transaction bigger than this stops capture with an
+    # error naming the setting.
     window_files_bytes: int | None = Field(default=None, ge=64 * 1024)
     server_id: int | None = Field(default=None, ge=1, le=2**32 - 1)
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
@@ -57,7 +58,7 @@ class RelayConfig(SluiceSettings):
 
     @property
     def window_files_limit(self) -> int:
-        return self.window_files_bytes or 16 * self.buffer_size
+        return self.window_files_bytes or 17 * self.buffer_size
 
     @field_validator("table_options")
     @classmethod
