@@ -8,6 +8,7 @@ Tree::
     │   ├── SourceSetupError   server settings or privileges are wrong (not retriable)
     │   └── SourceConnectionError  the server went away (retriable)
     ├── DecodeError            a log event or value could not be decoded exactly
+    │   └── UnreadableEvent    a binlog event capture does not read (it stops capture)
     ├── SchemaError            unknown source or schema version
     ├── WindowTooLarge         a window does not fit in the event buffer
     ├── CheckpointError        a checkpoint is corrupt or from the future (not retriable)
@@ -53,6 +54,20 @@ class SourceConnectionError(SourceError):
 
 class DecodeError(SluiceError):
     """A binlog event or value could not be decoded exactly."""
+
+
+class UnreadableEvent(DecodeError):
+    """The binlog holds an event capture does not read (compressed or partial rows, an XA
+    prepare, an unknown type inside a transaction): capture stops there rather than skip
+    changes. ``event_type`` is its type code, ``position`` the ``file:pos`` it ends at; the
+    message names the setting to fix."""
+
+    def __init__(
+        self, message: str, *, event_type: int, position: str, scn: int | None = None
+    ) -> None:
+        super().__init__(message, scn=scn)
+        self.event_type = event_type
+        self.position = position
 
 
 class SchemaError(SluiceError):

@@ -13,6 +13,7 @@ from typing import Any
 import pymysql
 
 from sluice.capture.mysql.binlog import constants as t
+from sluice.capture.mysql.binlog.events import SKIP_BETWEEN, SKIP_INSIDE, unreadable
 from sluice.capture.mysql.binlog.protocol import BinlogStream, ConnectParams, LogPositionError
 from sluice.capture.mysql.binlog.tablemap import parse_table_map
 from sluice.capture.mysql.describe import describe_table
@@ -268,8 +269,17 @@ class MySQLCapture:
                 self.stats.source_end_scn = max(
                     self.stats.source_end_scn, make_scn(file_no, ev.log_pos)
                 )
-            elif kind in t.COMPRESSED:
-                raise DecodeError("compressed binlog events: SET GLOBAL log_bin_compress=OFF")
+            elif kind not in (SKIP_INSIDE if txn.open else SKIP_BETWEEN):
+                error = unreadable(  # never skip what might hold rows (``binlog.events``)
+                    kind,
+                    ev.flags,
+                    where=f"{self._log_name(file_no)}:{ev.log_pos}",
+                    end_scn=make_scn(file_no, ev.log_pos),
+                    in_transaction=txn.open,
+                    last_scn=self.stats.last_scn,
+                )
+                if error is not None:  # None: the server flagged it ignorable
+                    raise error
 
     def _query(self, txn: _Transaction, scn: int, timestamp: int, body: bytes) -> _Transaction:
         status_len = int.from_bytes(body[11:13], "little")
