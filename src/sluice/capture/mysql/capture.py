@@ -17,7 +17,13 @@ from sluice.capture.mysql.binlog.events import SKIP_BETWEEN, SKIP_INSIDE, unread
 from sluice.capture.mysql.binlog.protocol import BinlogStream, ConnectParams, LogPositionError
 from sluice.capture.mysql.binlog.tablemap import parse_table_map
 from sluice.capture.mysql.describe import describe_table
-from sluice.capture.mysql.metadata import ServerInfo, check_server, column_info, end_scn
+from sluice.capture.mysql.metadata import (
+    ServerInfo,
+    binlog_status,
+    check_server,
+    column_info,
+    end_scn,
+)
 from sluice.capture.mysql.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
 from sluice.capture.mysql.tables import TableDecoder
 from sluice.capture.mysql.url import parse_source_url
@@ -92,11 +98,10 @@ def source_info(url: str) -> dict[str, Any]:
         with conn.cursor() as cur:
             cur.execute("SELECT @@server_id")
             info["server_id"] = int(cur.fetchone()[0])
-            cur.execute("SHOW MASTER STATUS")
-            row = cur.fetchone()
-            if row:
-                info["log_base"] = split_log_name(str(row[0]))[0]
-    except pymysql.err.MySQLError:
+        row = binlog_status(conn)  # SHOW BINARY LOG STATUS where MySQL 8.4 dropped MASTER
+        if row:
+            info["log_base"] = split_log_name(str(row[0]))[0]
+    except (pymysql.err.MySQLError, SluiceError):
         pass
     finally:
         conn.close()

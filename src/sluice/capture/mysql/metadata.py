@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,30 @@ _REQUIRED = {
     ),
 }
 
+# Settings that make the binlog hold events Sluice cannot read: name -> (refused value, fix).
+# A server without the variable (MariaDB has neither MySQL one, MySQL not log_bin_compress)
+# has it off. Sessions can still set the MySQL two: capture stops at such an event
+# (``binlog.events``).
+_REFUSED = {
+    "binlog_transaction_compression": (
+        "ON",
+        "SET GLOBAL binlog_transaction_compression=OFF (and binlog_transaction_compression=OFF "
+        "in my.cnf): MySQL then writes each transaction as one zstd-compressed "
+        "TRANSACTION_PAYLOAD event, which Sluice does not decode",
+    ),
+    "binlog_row_value_options": (
+        "PARTIAL_JSON",
+        "SET GLOBAL binlog_row_value_options='' (and binlog_row_value_options='' in my.cnf): "
+        "MySQL then logs JSON updates as PARTIAL_UPDATE_ROWS events without the full after "
+        "image",
+    ),
+    "log_bin_compress": (
+        "ON",
+        "SET GLOBAL log_bin_compress=OFF (and log_bin_compress=OFF in my.cnf): MariaDB then "
+        "compresses rows events, which Sluice does not decode",
+    ),
+}
+
 
 @dataclass(frozen=True, slots=True)
 class ColumnInfo:
@@ -85,7 +110,7 @@ def _query(conn: pymysql.Connection[Any], sql: str, args: Any = None) -> list[tu
 
 def check_server(conn: pymysql.Connection[Any], tables: tuple[str, ...]) -> ServerInfo:
     """Refuse a server that cannot feed CDC, naming the setting and the fix."""
-    names = ",".join(f"'{n}'" for n in _REQUIRED) + ",'log_bin_compress'"
+    names = ",".join(f"'{n}'" for n in (*_REQUIRED, *_REFUSED))
     settings = {
         str(k).lower(): str(v).upper()
         for k, v in _query(conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
@@ -94,11 +119,11 @@ def check_server(conn: pymysql.Connection[Any], tables: tuple[str, ...]) -> Serv
         have = settings.get(name, "(not set)")
         if have != want:
             raise SourceSetupError(f"the server has {name}={have}, Sluice needs {want}: {fix}")
-    if settings.get("log_bin_compress", "OFF") == "ON":
-        raise SourceSetupError(
-            "the server has log_bin_compress=ON: SET GLOBAL log_bin_compress=OFF"
-        )
-    status = _master_status(conn)
+    for name, (refused, fix) in _REFUSED.items():
+        have = settings.get(name, "")
+        if refused in have.split(","):
+            raise SourceSetupError(f"the server has {name}={have}, Sluice cannot read it: {fix}")
+    status = _binlog_position(conn)
     _check_replication_grant(conn)
     _check_tables(conn, tables)
     logs = _query(conn, "SHOW BINARY LOGS")
@@ -112,14 +137,48 @@ def check_server(conn: pymysql.Connection[Any], tables: tuple[str, ...]) -> Serv
 
 
 def end_scn(conn: pymysql.Connection[Any]) -> int:
-    status = _master_status(conn)
+    status = _binlog_position(conn)
     return scn_of_log(status[0], int(status[1]))
 
 
-def _master_status(conn: pymysql.Connection[Any]) -> tuple[Any, ...]:
+_PARSE_ERROR = 1064
+_MASTER_STATUS = "SHOW MASTER STATUS"  # MariaDB (any), MySQL before 8.4
+_BINARY_LOG_STATUS = "SHOW BINARY LOG STATUS"  # MySQL 8.2+ (8.4 removed the other)
+
+
+def binlog_status(conn: pymysql.Connection[Any]) -> tuple[Any, ...] | None:
+    """The first row of the server's binlog status (``File``, ``Position``, ...), or None
+    when the binary log is off. MySQL 8.4 removed ``SHOW MASTER STATUS`` for ``SHOW BINARY
+    LOG STATUS`` (8.2+); MariaDB keeps the old one. The handshake's version picks which to
+    try first, and a syntax error (1064) moves on to the other. Other driver errors pass
+    through (a lost connection stays retriable)."""
+    for sql in _status_statements(str(getattr(conn, "server_version", "") or "")):
+        try:
+            rows = _query(conn, sql)
+        except pymysql.err.MySQLError as exc:
+            if exc.args and exc.args[0] == _PARSE_ERROR:
+                continue
+            raise
+        return rows[0] if rows else None
+    raise SourceSetupError(
+        f"the server knows neither {_MASTER_STATUS} nor {_BINARY_LOG_STATUS}: it is not a "
+        "MySQL or MariaDB server Sluice can read the binlog position of"
+    )
+
+
+def _status_statements(version: str) -> tuple[str, str]:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if "mariadb" in version.lower() or match is None:
+        return _MASTER_STATUS, _BINARY_LOG_STATUS
+    if (int(match[1]), int(match[2])) >= (8, 2):
+        return _BINARY_LOG_STATUS, _MASTER_STATUS
+    return _MASTER_STATUS, _BINARY_LOG_STATUS
+
+
+def _binlog_position(conn: pymysql.Connection[Any]) -> tuple[Any, ...]:
     try:
-        rows = _query(conn, "SHOW MASTER STATUS")
-    except pymysql.err.OperationalError as exc:
+        row = binlog_status(conn)
+    except pymysql.err.MySQLError as exc:
         if exc.args and exc.args[0] in (1227, 1142):
             raise SourceSetupError(
                 "the capture user may not read the binlog position: "
@@ -127,9 +186,9 @@ def _master_status(conn: pymysql.Connection[Any]) -> tuple[Any, ...]:
                 "(MySQL: REPLICATION CLIENT, REPLICATION SLAVE)"
             ) from None
         raise
-    if not rows:
+    if row is None:
         raise SourceSetupError("the binary log is off: start the server with --log-bin")
-    return rows[0]
+    return row
 
 
 def _check_replication_grant(conn: pymysql.Connection[Any]) -> None:
