@@ -241,3 +241,24 @@ def test_unreadable_returns_none_only_for_an_unknown_ignorable_event() -> None:
     assert isinstance(check(200, 0), UnreadableEvent)
     for kind in (t.TRANSACTION_PAYLOAD, t.PARTIAL_UPDATE_ROWS, t.XA_PREPARE, 169):
         assert isinstance(check(kind, t.LOG_EVENT_IGNORABLE_F), UnreadableEvent)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"INSERT INTO t VALUES (1)", b"/* app */ update t set v = 2", b"  DELETE FROM t"],
+)
+def test_a_row_change_logged_as_a_statement_stops_capture(text: bytes) -> None:
+    error = _pump_fails([_ev(t.QUERY, 400, _query(b"BEGIN")), _ev(t.QUERY, 500, _query(text))])
+    assert error.event_type == t.QUERY and error.position == f"{LOG}:500"
+    assert "binlog_format=ROW" in str(error) and "STATEMENT" in str(error)
+
+
+def test_other_statements_in_a_transaction_are_not_changes() -> None:
+    capture, windows = _pump(
+        [
+            _ev(t.QUERY, 400, _query(b"BEGIN")),
+            _ev(t.QUERY, 450, _query(b"SAVEPOINT s1")),
+            _ev(t.QUERY, 500, _query(b"COMMIT")),
+        ]
+    )
+    assert windows == [] and capture.stats.last_scn == make_scn(FILE_NO, 500)

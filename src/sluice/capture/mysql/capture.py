@@ -13,7 +13,12 @@ from typing import Any
 import pymysql
 
 from sluice.capture.mysql.binlog import constants as t
-from sluice.capture.mysql.binlog.events import SKIP_BETWEEN, SKIP_INSIDE, unreadable
+from sluice.capture.mysql.binlog.events import (
+    SKIP_BETWEEN,
+    SKIP_INSIDE,
+    statement_change,
+    unreadable,
+)
 from sluice.capture.mysql.binlog.protocol import BinlogStream, ConnectParams, LogPositionError
 from sluice.capture.mysql.binlog.tablemap import parse_table_map
 from sluice.capture.mysql.describe import describe_table
@@ -291,6 +296,10 @@ class MySQLCapture:
         db_len = body[8]
         text = body[13 + status_len + db_len + 1 :].strip()
         query = text.upper()
+        where = f"{self._log_name(scn_file_no(scn))}:{scn_position(scn)}"
+        error = statement_change(text, where=where, last_scn=self.stats.last_scn)
+        if error is not None:  # never skip rows changed by a statement-format event
+            raise error
         if query == b"BEGIN":
             return _Transaction(open=True)
         if query == b"COMMIT":

@@ -21,6 +21,8 @@ lookup here, so the rows path pays nothing. Capture never skips what could carry
 
 from __future__ import annotations
 
+import re
+
 from sluice.capture.mysql.binlog import constants as t
 from sluice.errors import UnreadableEvent
 
@@ -182,6 +184,27 @@ def unreadable(
         f"again; {past}, and re-seed the captured tables (sluice bootstrap seed): changes "
         "skipped that way are not captured",
         event_type=kind,
+        position=where,
+        scn=last_scn,
+    )
+
+
+# A QUERY event that changes rows: a statement logged in STATEMENT format (leading comments,
+# as some clients add, are passed over).
+_DML = re.compile(rb"\s*(?:/\*.*?\*/\s*)*(?:INSERT|UPDATE|DELETE|REPLACE|LOAD)\b", re.S | re.I)
+
+
+def statement_change(text: bytes, *, where: str, last_scn: int) -> UnreadableEvent | None:
+    """The error that stops capture at a row change logged as SQL text (``QUERY``), which
+    capture cannot turn into row images; None for any other statement."""
+    if not _DML.match(text):
+        return None
+    return UnreadableEvent(
+        f"the binlog QUERY event ending at {where} changes rows as an SQL statement, and stops "
+        f"capture: {_STATEMENT}. Restarted, the relay resumes after SCN {last_scn} and stops "
+        "here again; to go past it, restart with --since-scn at a later commit and re-seed the "
+        "captured tables (sluice bootstrap seed)",
+        event_type=t.QUERY,
         position=where,
         scn=last_scn,
     )
