@@ -11,6 +11,9 @@ import pyarrow.parquet as pq
 import pymysql
 import pytest
 
+from sluice.client import RetryPolicy
+from sluice.client import client as client_module
+from sluice.core.event import JsonWindow
 from sluice.core.pieces import Piece
 from sluice.errors import BootstrapRequired
 from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread
@@ -221,3 +224,47 @@ def test_the_bootstrap_log_takes_a_big_window_in_pieces(
     assert [r["seq"] for r in big] == list(range(3000))
     assert len({r["scn"] for r in big}) == 1
     assert sorted(json.loads(r["key"])["id"] for r in log) == list(range(3001))
+
+
+class _JsonPieces:
+    """A JSON consumer that records every call and fails once on its third."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, list[int]]] = []
+        self.rollbacks: list[int] = []
+
+    def on_json_window(self, window: JsonWindow) -> None:
+        self.calls.append((window.scn, [json.loads(line)["key"]["id"] for line in window.lines]))
+        if len(self.calls) == 3:
+            raise RuntimeError("injected: the third call fails")
+
+    def on_rollback(self, scn: int, error: BaseException) -> None:
+        self.rollbacks.append(scn)
+
+
+def test_a_json_consumer_takes_a_big_window_in_pieces_and_again_after_a_failure(
+    mariadb: PrivateMariaDB,
+    database: str,
+    conn: pymysql.Connection[Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(client_module, "PIECE_BYTES", 64 * 1024)
+    source = f"{database}.big"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024)
+    with RelayThread(config) as relay, conn.cursor() as cur:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        _big_transaction(cur, 1, 200)  # ~400 KB: ~7 pieces of 64 KiB
+        _wait_held(relay.url, conn)
+        consumer = _JsonPieces()
+        scn = consume(relay.url, consumer, since_scn=start, retry=RetryPolicy(initial_s=0.01))
+    big = consumer.calls[0][0]
+    assert scn == big and consumer.rollbacks == [big]
+    assert all(s == big for s, _ in consumer.calls) and len(consumer.calls) > 5
+    # the first two pieces, then (after the failed third) the whole window again from its start
+    again = [i for _, ids in consumer.calls[3:] for i in ids]
+    assert again == list(range(1, 201))
+    first = [i for _, ids in consumer.calls[:2] for i in ids]
+    assert first == again[: len(first)]

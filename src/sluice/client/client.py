@@ -26,6 +26,7 @@ from sluice.client.consumer import Consumer, ConsumerFailed, JsonConsumer
 from sluice.client.transport import RelayConnection, check_relay_url
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import JsonWindow, Window
+from sluice.core.pieces import Piece
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
@@ -33,6 +34,15 @@ from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.events import decode_window, window_json
 
 log = logging.getLogger(__name__)
+
+
+# A window bigger than this reaches a JSON consumer in pieces (several ``on_json_window``
+# calls with its SCN, the checkpoint moved after the last): the client never holds it whole.
+PIECE_BYTES = 8 << 20
+
+
+class _Again(Exception):
+    """A piece of a big window failed: read the window again from its start."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +113,7 @@ class AsyncClient:
         self._bootstrap: RelayConnection | None = None
         self._caught_up_at = -1
         self._lag_warned = -1
+        self._piece_failures = 0  # of the big window being delivered in pieces
 
     @property
     def scn(self) -> int:
@@ -187,6 +198,8 @@ class AsyncClient:
                 gone.clear()
                 if caught_up and until_caught_up:
                     return
+            except _Again:
+                continue  # a big window a consumer failed on: read it again from its start
             except BootstrapRequired:
                 gone.add(self._relay_index)
                 if len(gone) < len(self._connections):
@@ -262,6 +275,7 @@ class AsyncClient:
                         return
                     if self._stop.is_set():
                         return
+                    assert not isinstance(frame, Piece)  # snapshot windows come whole
                     record = frame
                     source = decode_events(record)[0].source
                     row = read_window_header(record).prev_scn  # the last row's number
@@ -284,7 +298,11 @@ class AsyncClient:
     async def _pull(self, conn: RelayConnection, until_caught_up: bool) -> bool:
         """One ``/stream`` request; True when the server said we are caught up."""
         stream = conn.stream(
-            self.scn, self.config.sources, self.config.partition, self.config.poll_timeout_ms
+            self.scn,
+            self.config.sources,
+            self.config.partition,
+            self.config.poll_timeout_ms,
+            PIECE_BYTES if isinstance(self.consumer, JsonConsumer) else None,
         )
         async with contextlib.aclosing(stream):
             return await self._frames(conn, stream, until_caught_up)
@@ -292,7 +310,7 @@ class AsyncClient:
     async def _frames(
         self,
         conn: RelayConnection,
-        stream: AsyncGenerator[bytes | Heartbeat, None],
+        stream: AsyncGenerator[bytes | Heartbeat | Piece, None],
         until_caught_up: bool,
     ) -> bool:
         caught_up = False
@@ -304,6 +322,8 @@ class AsyncClient:
                 caught_up = True
                 if until_caught_up or self._stop.is_set():
                     break
+            elif isinstance(frame, Piece):
+                await self._piece(conn, frame)
             elif self._stop.is_set():
                 break
             else:
@@ -311,6 +331,36 @@ class AsyncClient:
                 if scn > self.scn:  # else a replay we already processed
                     await self._window(conn, frame, self._at(scn))
         return caught_up
+
+    async def _piece(self, conn: RelayConnection, piece: Piece) -> None:
+        """A piece of a big window (JSON consumers): delivered as it comes, the checkpoint
+        moved after the last. A failed piece rolls the window back and reads it again from
+        its first piece (``_Again``), after the usual backoff."""
+        scn = read_window_header(piece.record).scn
+        if scn <= self.scn:
+            return  # a replay we already processed
+        window = await self._decode(conn, piece.record)
+        try:
+            await self._deliver(window)
+        except Exception as exc:
+            await _call(self.consumer.on_rollback(scn, exc))
+            self._piece_failures += 1
+            attempt = self._piece_failures
+            if attempt >= self.config.retry.max_window_attempts:
+                raise ConsumerFailed(
+                    f"consumer failed {attempt} times on window {scn}: {exc!r}; "
+                    f"the checkpoint stays at {self.checkpoint}",
+                    scn=scn,
+                ) from exc
+            log.warning("consumer failed on window %d (%r); reading it again", scn, exc)
+            await self._sleep(self.config.retry.delay(attempt))
+            raise _Again from exc
+        self.events += len(window.lines if isinstance(window, JsonWindow) else window.events)
+        if piece.last:
+            self._piece_failures = 0
+            self.checkpoint = self._at(scn)
+            self.windows += 1
+            self._save()
 
     def _at(self, scn: int) -> Checkpoint:
         return CatchUp(scn) if isinstance(self.checkpoint, CatchUp) else Online(scn)

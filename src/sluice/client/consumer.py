@@ -33,10 +33,13 @@ class Consumer(Protocol):
 
 @runtime_checkable
 class JsonConsumer(Protocol):
-    """Takes each window whole as JSON lines (``Event.to_json_dict()`` as text, one per
-    event). The client then decodes Avro straight to text, without building ``Event``
-    objects: the fast path for consumers that write JSON anyway (``sluice tail``). The same
-    invariants hold, with ``on_json_window`` as the window's one hook."""
+    """Takes each window as JSON lines (``Event.to_json_dict()`` as text, one per event).
+    The client then decodes Avro straight to text, without building ``Event`` objects: the
+    fast path for consumers that write JSON anyway (``sluice tail``). The same invariants
+    hold, with ``on_json_window`` as the window's one hook, except that a window bigger than
+    ``client.PIECE_BYTES`` (8 MiB) comes in several calls with the same ``scn``, in order, so
+    the client never holds it whole: the checkpoint moves after the last; if a call raises,
+    ``on_rollback(scn)`` is called and the window is delivered again from its first piece."""
 
     def on_json_window(self, window: JsonWindow) -> Any: ...
     def on_rollback(self, scn: int, error: BaseException) -> Any: ...

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from sluice.core.names import schemas_path
+from sluice.core.pieces import Piece, PieceParser
 from sluice.core.wire import FrameParser, Heartbeat
 from sluice.errors import (
     BadRequest,
@@ -81,12 +82,18 @@ class RelayConnection:
         return [TableSchema.from_avro(s) for s in body.get("versions", [])]
 
     def stream(
-        self, since_scn: int, sources: tuple[str, ...], partition: str | None, timeout_ms: int
-    ) -> AsyncGenerator[bytes | Heartbeat, None]:
-        """Windows after ``since_scn`` (and heartbeats) from ``/stream``."""
+        self,
+        since_scn: int,
+        sources: tuple[str, ...],
+        partition: str | None,
+        timeout_ms: int,
+        piece_bytes: int | None = None,
+    ) -> AsyncGenerator[bytes | Heartbeat | Piece, None]:
+        """Windows after ``since_scn`` (and heartbeats) from ``/stream``; with
+        ``piece_bytes``, windows bigger than that in ``Piece``s (core/pieces.py)."""
         params = {"since_scn": str(since_scn), "timeout_ms": str(timeout_ms)}
         return self.frames(
-            "/stream", _with_filters(params, sources, partition), since_scn, timeout_ms
+            "/stream", _with_filters(params, sources, partition), since_scn, timeout_ms, piece_bytes
         )
 
     def snapshot(
@@ -95,7 +102,7 @@ class RelayConnection:
         after: str | None,
         sources: tuple[str, ...],
         partition: str | None,
-    ) -> AsyncGenerator[bytes | Heartbeat, None]:
+    ) -> AsyncGenerator[bytes | Heartbeat | Piece, None]:
         """Snapshot rows (``r`` events) after ``after`` from a bootstrap server's ``/snapshot``."""
         params = {"snapshot_scn": str(snapshot_scn)}
         if after is not None:
@@ -103,9 +110,14 @@ class RelayConnection:
         return self.frames("/snapshot", _with_filters(params, sources, partition), None, 0)
 
     async def frames(
-        self, path: str, params: dict[str, str], since_scn: int | None, timeout_ms: int
-    ) -> AsyncGenerator[bytes | Heartbeat, None]:
-        parser = FrameParser()
+        self,
+        path: str,
+        params: dict[str, str],
+        since_scn: int | None,
+        timeout_ms: int,
+        piece_bytes: int | None = None,
+    ) -> AsyncGenerator[bytes | Heartbeat | Piece, None]:
+        parser = FrameParser() if piece_bytes is None else PieceParser(piece_bytes)
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=10, sock_read=timeout_ms / 1000 + 60
         )
