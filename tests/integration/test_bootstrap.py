@@ -75,7 +75,10 @@ def pipeline(
 ) -> Iterator[dict[str, Any]]:
     """A relay with a 64 KiB buffer, a store fed by the Spark job, and a bootstrap server."""
     source, tmp_path = "boot.kv", tmp_path_factory.mktemp("bootstrap")
-    config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024)
+    # (and as little disk for windows held beside it: they would hold more history)
+    config = relay_config(
+        mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024, window_files_bytes=64 * 1024
+    )
     with RelayThread(config) as relay:
         start_scn = get_json(relay.url + "/stats")["min_scn"]
         job = JobConfig(

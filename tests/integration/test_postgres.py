@@ -661,6 +661,8 @@ def test_a_relay_killed_between_flushes_loses_and_repeats_nothing(
         with conn.cursor() as cur:
             cur.execute("INSERT INTO flushed VALUES (1, 'flushed')")
         _caught_up(relay.url, conn)
+        # captured is not yet in the buffer: wait for the window itself
+        wait_for(lambda: get_json(relay.url + "/stats")["events"] == 1, 30, "the window")
         first = get_json(relay.url + "/stats")["max_scn"]
         wait_for(
             lambda: get_json(relay.url + "/stats")["persist"]["persisted_scn"] >= first,
@@ -671,6 +673,7 @@ def test_a_relay_killed_between_flushes_loses_and_repeats_nothing(
             cur.execute("INSERT INTO flushed VALUES (2, 'held')")
             cur.execute("UPDATE flushed SET v = 'held too' WHERE id = 1")
         _caught_up(relay.url, conn)
+        wait_for(lambda: get_json(relay.url + "/stats")["events"] == 3, 30, "the windows")
         stats = get_json(relay.url + "/stats")
         assert stats["persist"]["persisted_scn"] == first < stats["max_scn"]
         with conn.cursor() as cur:
