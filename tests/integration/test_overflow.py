@@ -13,6 +13,7 @@ import pytest
 
 from sluice.client import RetryPolicy
 from sluice.client import client as client_module
+from sluice.core import wire
 from sluice.core.event import JsonWindow
 from sluice.core.pieces import Piece
 from sluice.errors import BootstrapRequired
@@ -268,3 +269,28 @@ def test_a_json_consumer_takes_a_big_window_in_pieces_and_again_after_a_failure(
     assert again == list(range(1, 201))
     first = [i for _, ids in consumer.calls[:2] for i in ids]
     assert first == again[: len(first)]
+
+
+def test_a_cold_read_gives_a_big_transaction_whole(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    """A big window evicted from the relay, read again from the binlog (``cold=true``):
+    capture hands it over in parts, the cold read frames it whole."""
+    source = f"{database}.big"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    config = relay_config(
+        mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024, window_files_bytes=512 << 10
+    )
+    with RelayThread(config) as relay, conn.cursor() as cur:
+        start = get_json(relay.url + "/stats")["min_scn"]
+        for n in range(4):  # ~200 KB each: the first is evicted by the files' limit
+            _big_transaction(cur, 1 + n * 100, 100)
+        _wait_held(relay.url, conn)
+        assert get_json(relay.url + "/stats")["min_scn"] > start
+        status, body = http_status(f"{relay.url}/stream?since_scn={start}&cold=true")
+        assert status == 200
+        windows = [f for f in wire.FrameParser().feed(body) if isinstance(f, bytes)]
+        first = wire.decode_events(windows[0])
+        assert len(first) == 100 and len(windows) >= 1
+        assert wire.read_window_header(windows[0]).scn > start

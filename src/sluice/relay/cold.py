@@ -70,6 +70,8 @@ class ColdRead:
     async def windows(self) -> AsyncIterator[bytes]:
         """Windows after ``since`` up to ``until``; ``reached`` tells whether it got there."""
         prev = self.since
+        parts: list[bytes] = []  # of a transaction capture hands over in parts
+        held = 0
         while not self.reached:
             try:
                 items = await asyncio.wait_for(self._queue.get_all(), 0.5)
@@ -81,12 +83,27 @@ class ColdRead:
             for item in items:
                 if isinstance(item, SluiceError):
                     raise item
+                if item.aborts:
+                    parts, held = [], 0
+                    continue
+                if item.more:
+                    # A cold read holds a big transaction whole to frame it: bounded by the
+                    # disk the relay may use for held windows.
+                    parts += item.events
+                    held += sum(map(len, item.events))
+                    if held > self.relay.windows.limit:
+                        raise SluiceError(
+                            f"a transaction of more than {held:,} bytes cannot be read cold "
+                            "(window_files_bytes); bootstrap the consumer instead"
+                        )
+                    continue
+                events, parts, held = parts + item.events, [], 0
                 if item.scn <= self.since:
                     continue
                 if item.scn > self.until:
                     self.reached = True
                     return
-                yield wire.encode_window(item.scn, prev, item.ts_ms, item.events)
+                yield wire.encode_window(item.scn, prev, item.ts_ms, events)
                 prev = item.scn
                 if item.scn == self.until:
                     self.reached = True
