@@ -105,6 +105,22 @@ def assert_replica_equals(
 
 SLUICE = [sys.executable, "-m", "sluice.cli.main"]
 
+# Malformed /stream and /offsets parameters: the relay and the bootstrap server share their
+# parsing (core/requests.py), so both answer each of these alike.
+BAD_STREAM_QUERIES = [
+    ("", 400, "missing query parameter since_scn"),
+    ("since_scn=abc", 400, "since_scn must be an integer"),
+    ("since_scn=-1", 400, "since_scn must be in"),
+    ("since_scn=9223372036854775808", 400, "since_scn must be in"),
+    ("since_scn=18446744073709551615", 400, "since_scn must be in"),
+    ("since_scn=0&partition=5/2", 400, "partition must be i/n"),
+    ("since_scn=0&partition=x", 400, "partition must be i/n"),
+    ("since_scn=0&format=xml", 400, "format must be binary, json or debezium"),
+    ("since_scn=0&sources=nope.nope", 404, "unknown source"),
+    ("since_scn=0&max_bytes=0", 400, "max_bytes must be in"),
+    ("since_scn=0&timeout_ms=-5", 400, "timeout_ms must be in"),
+]
+
 
 def run_sluice(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run the CLI; whatever it says, it never prints a traceback."""

@@ -26,6 +26,7 @@ from sluice.core.event import Window
 from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer, ServiceThread, key_text
 from sluice.testing.truth import table_rows
 from tests.integration.support import (
+    BAD_STREAM_QUERIES,
     assert_replica_equals,
     consume,
     create_database,
@@ -413,3 +414,25 @@ def test_truncate_empties_the_table_in_snapshots_catch_up_and_spark(
         assert replica[source] == table_rows(conn, source)
     assert behind.snapshot(tr) == table_rows(conn, tr)  # the seeded rows it never saw: gone
     conn.close()
+
+
+@pytest.mark.parametrize(("query", "status", "message"), BAD_STREAM_QUERIES)
+def test_the_bootstrap_server_refuses_bad_parameters_as_the_relay_does(
+    pipeline: dict[str, Any], query: str, status: int, message: str
+) -> None:
+    """The same malformed parameters, the same answers (tests/integration/test_bad_input.py
+    sends these to a relay): never a 500."""
+    for server in (pipeline["server"], pipeline["relay"]):
+        for path in ("/stream", "/offsets"):
+            got, body = http_status(f"{server.url}{path}?{query}")
+            assert (got, message in body["error"]) == (status, True), (server.url, path, body)
+
+
+def test_a_store_that_is_a_file_is_one_clear_line(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    store.write_text("not a folder")
+    for args in (["serve", "--port", "0"], ["compact"]):
+        result = run_sluice("bootstrap", *args, "--store", str(store), timeout=60)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, result.stderr
+        assert "is a file, not a directory" in lines[0]

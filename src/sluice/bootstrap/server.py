@@ -22,7 +22,13 @@ from sluice.bootstrap.store import (
 )
 from sluice.core import wire
 from sluice.core.component import AsyncComponent
-from sluice.core.requests import HttpProblem, parse_offsets, parse_partition, parse_stream
+from sluice.core.requests import (
+    MAX_SCN,
+    HttpProblem,
+    parse_offsets,
+    parse_partition,
+    parse_stream,
+)
 from sluice.schemas.events import decode_window
 from sluice.web import (
     BINARY_TYPE,
@@ -321,8 +327,8 @@ def _names(sources: frozenset[bytes] | None) -> list[str] | None:
 def _parse_snapshot_scn(raw: str | None, current: int) -> int:
     if raw is None or raw == "":
         return current
-    if not _DIGITS.fullmatch(raw) or int(raw) >= 1 << 64:
-        raise HttpProblem(400, f"snapshot_scn must be an SCN (0 .. 2^64-1), got {raw[:30]!r}")
+    if not _DIGITS.fullmatch(raw) or int(raw) > MAX_SCN:
+        raise HttpProblem(400, f"snapshot_scn must be an SCN (0 .. 2^63-1), got {raw[:30]!r}")
     return int(raw)
 
 

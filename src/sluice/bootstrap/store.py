@@ -112,8 +112,14 @@ class BootstrapStore:
         self.uri = uri.rstrip("/")
         try:
             self.fs, self.root = pafs.FileSystem.from_uri(self.uri)
+            kind = self.fs.get_file_info(self.root).type
         except (ValueError, OSError) as exc:
             raise ConfigError(f"cannot open store {uri!r}: {exc}") from None
+        if kind not in (pafs.FileType.Directory, pafs.FileType.NotFound):
+            raise ConfigError(
+                f"--store {self.uri} is a file, not a directory: give the store's folder (the "
+                "one `sluice bootstrap run --store` writes), or a new one"
+            )
 
     # -- paths (URIs for Spark, plain paths for pyarrow.fs) ----------------------------------
     def spark_path(self, *parts: str) -> str:

@@ -9,6 +9,10 @@ from sluice.core.names import split_sources
 from sluice.core.wire import Filter
 from sluice.errors import ConfigError
 
+# SCNs are 63-bit: the bootstrap store keeps them as int64 (Parquet, Spark), and no source
+# kind makes a larger one. Both servers refuse a bigger since_scn here, alike.
+MAX_SCN = 2**63 - 1
+
 
 class HttpProblem(Exception):
     """An HTTP error answer: status and a JSON body."""
@@ -80,7 +84,7 @@ def parse_partition(raw: str | None) -> tuple[int, int] | None:
 def parse_stream(
     query: Mapping[str, str], known: frozenset[str], max_bytes: int, long_poll_ms: int
 ) -> StreamRequest:
-    since = _int(query, "since_scn", None, 0, 2**64 - 1)
+    since = _int(query, "since_scn", None, 0, MAX_SCN)
     try:
         sources = tuple(split_sources(query.get("sources", "")))
     except ConfigError as exc:
