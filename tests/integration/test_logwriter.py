@@ -189,3 +189,27 @@ def test_a_relay_restart_does_not_end_the_log(
     # no part file is left behind by the batches the restart cut short
     written = {str(p) for p in Path(store.path("log")).rglob("*.parquet")}
     assert written == set(committed_files(store))
+
+
+def test_no_reader_sees_a_part_file_before_its_batch_is_committed(
+    relay: tuple[RelayThread, pymysql.Connection[Any]], spark: Any, tmp_path: Path
+) -> None:
+    """A part file being written (here: garbage under the part name, as a writer cut short
+    leaves it) is not read before the log's first commit: Spark would list the folders
+    itself and fail on its footer. The writer writes under hidden names, moved at the end."""
+    service, conn = relay
+    start = int(get_json(f"{service.url}/stats")["max_scn"])
+    store = BootstrapStore(str(tmp_path / "store"))
+    store.create(start, SOURCES, new_source_start=start)
+    folder = Path(store.path("log", "source=lw.kv", "log_file=1"))
+    folder.mkdir(parents=True)
+    (folder / "part-00000-000-cut.c000.snappy.parquet").write_bytes(b"PAR1 cut short")
+    assert not store.has_log() and read_log(spark, store) is None
+    assert StoreReader(store).view().files == []
+    _work(conn, 5000, 5)
+    wait_relay_caught_up(service.url, conn)
+    _run(_writer(store, service.url, start))
+    assert store.has_log() and read_log(spark, store).count() > 0
+    files = committed_files(store)
+    assert files and not any(Path(f).name.startswith(".") for f in files)
+    assert not list(Path(store.path("log")).rglob(".part-*"))  # nothing left hidden

@@ -257,12 +257,21 @@ class LogWriter:
                     key = (source, log_file)
                     if key not in writers:
                         writers[key] = self._open(source, log_file, batch, part, rows.schema)
-                    self._pending.append(writers[key][0])
+                        self._pending.append(writers[key][0])
                     writers[key][1].write_batch(rows)
         finally:
             for _path, writer in writers.values():
                 writer.close()
-        return [self._entry(path) for path, _writer in writers.values()]
+        # Written under a hidden name (Spark and pyarrow skip names starting with "."), then
+        # moved to the part file's name: no reader that lists the folder sees a file being
+        # written; only the commit in _spark_metadata makes it part of the log.
+        finals = []
+        for hidden, _writer in writers.values():
+            final = _visible(hidden)
+            self._pending.append(final)
+            self.store.fs.move(hidden, final)
+            finals.append(final)
+        return [self._entry(path) for path in finals]
 
     def _open(
         self, source: str, log_file: int, batch: int, part: int, schema: pa.Schema
@@ -271,7 +280,7 @@ class LogWriter:
             "log", partition_dir("source", source), partition_dir("log_file", str(log_file))
         )
         self.store.fs.create_dir(folder, recursive=True)
-        path = f"{folder}/part-{batch:05d}-{part:03d}-{uuid.uuid4().hex}.c000.snappy.parquet"
+        path = f"{folder}/.part-{batch:05d}-{part:03d}-{uuid.uuid4().hex}.c000.snappy.parquet"
         # INT96 timestamps, as Spark's sink writes them: one type across the log's files
         writer = pq.ParquetWriter(
             path,
@@ -298,6 +307,12 @@ class LogWriter:
             "blockSize": _BLOCK_SIZE,
             "action": "add",
         }
+
+
+def _visible(hidden: str) -> str:
+    """The part file's name, for the hidden one it is written under."""
+    folder, _, name = hidden.rpartition("/")
+    return f"{folder}/{name.removeprefix('.')}"
 
 
 def _groups(record: pa.RecordBatch) -> Iterable[tuple[tuple[str, int], pa.RecordBatch]]:

@@ -293,4 +293,9 @@ class BootstrapStore:
             self.fs.delete_dir(self.path("snapshots", old))
 
     def has_log(self) -> bool:
-        return self.exists("log")
+        """Whether a batch of the log was committed: before that, Spark would list the log's
+        folders itself (no ``_spark_metadata`` to follow) and could read files being written."""
+        infos = self.fs.get_file_info(
+            pafs.FileSelector(self.path("log", "_spark_metadata"), allow_not_found=True)
+        )
+        return any(i.base_name.split(".")[0].isdigit() for i in infos)
