@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import urllib.error
@@ -35,6 +36,7 @@ from tests.integration.support import (
     relay_config,
     run_sluice,
     spark_replica_from_scn_0,
+    wait_for,
     wait_relay_caught_up,
 )
 
@@ -436,3 +438,47 @@ def test_a_store_that_is_a_file_is_one_clear_line(tmp_path: Path) -> None:
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1, result.stderr
         assert "is a file, not a directory" in lines[0]
+
+
+def test_failing_folds_show_in_the_servers_health_and_recover(
+    pipeline: dict[str, Any],
+    source_conn: pymysql.Connection[Any],
+    spark: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fold that keeps failing (its snapshots folder is a file) is retried, says why in a
+    WARNING each time, and turns the bootstrap server's /healthz 503 with the error after 3
+    in a row (/stats and /metrics too); once it works again, /healthz is 200."""
+    relay, source = pipeline["relay"], pipeline["source"]
+    store_dir = tmp_path / "store"
+    start = int(get_json(relay.url + "/stats")["max_scn"])
+    job = BootstrapJob(
+        JobConfig((relay.url,), (source,), str(store_dir), since_scn=start, trigger_s=0.2,
+                  fold_every_s=0.5),
+        spark,
+    )  # fmt: skip
+    runner = threading.Thread(target=job.run, daemon=True)
+    with caplog.at_level(logging.WARNING):
+        runner.start()
+        wait_for((store_dir / "sluice-store.json").exists, 60, "the store")
+        (store_dir / "snapshots").mkdir(exist_ok=True)
+        blocker = store_dir / "snapshots" / "CURRENT.tmp"
+        blocker.mkdir()  # the fold's atomic write of CURRENT cannot take this name
+        _batch(source_conn, 90_000, 5)
+        try:
+            with ServiceThread(BootstrapServer(str(store_dir), port=0)) as server:
+                wait_for(lambda: http_status(server.url + "/healthz")[0] == 503, 120, "503")
+                body = http_status(server.url + "/healthz")[1]
+                assert body["status"] == "folds failing" and body["failures"] >= 3
+                fold = get_json(server.url + "/stats")["fold"]
+                assert fold["failures"] >= 3 and fold["error"]
+                metrics = http_status(server.url + "/metrics")[1].decode()
+                assert "sluice_bootstrap_fold_failures" in metrics
+                blocker.rmdir()
+                wait_for(lambda: http_status(server.url + "/healthz")[0] == 200, 120, "200")
+                assert get_json(server.url + "/stats")["fold"]["failures"] == 0
+        finally:
+            job.stop()
+            runner.join(120)
+    assert any("fold failed (3 in a row)" in r.getMessage() for r in caplog.records)

@@ -17,6 +17,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from sluice.bootstrap.fold import blocked_by_gaps, fold
+from sluice.bootstrap.health import FoldStatus
 from sluice.bootstrap.logwriter import LogWriter
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.source import seed_jars
@@ -134,6 +135,7 @@ class BootstrapJob:
         self.error: BaseException | None = None
         self.seeded = config.seed is None  # True once its seed (if any) is published
         self._gap_warned = ""
+        self._fold_status = FoldStatus()
 
     def stop(self) -> None:
         self._stop.set()
@@ -257,6 +259,21 @@ class BootstrapJob:
         log.warning("the log has a gap (%s): seeding %s again", gaps, ", ".join(blocked))
         self._seed_sources(spark, tuple(blocked))
 
+    def _fold_failed(self, exc: Exception) -> None:
+        """A failed fold is retried at the next interval; meanwhile snapshots go stale, so
+        it says so (a WARNING each time, and the store's fold status for the server)."""
+        if not isinstance(exc, SluiceError):
+            log.debug("fold failure", exc_info=exc)
+        status = self._fold_status.failed(self.store, exc)
+        log.warning(
+            "fold failed (%d in a row): %s; snapshots are going stale (the newest is at SCN "
+            "%s); retrying in %.0f s",
+            status["failures"],
+            status["error"],
+            self.store.current_snapshot(),
+            self.config.fold_every_s,
+        )
+
     def _loop(self, spark: Any) -> None:
         writer = self.log_writer
         assert writer is not None
@@ -269,10 +286,10 @@ class BootstrapJob:
                 save_schemas(self.config.relays, self.config.sources, self.store)
                 self._seed_past_gaps(spark)
                 fold(spark, self.store)
-            except SluiceError as exc:
-                log.error("fold failed: %s; retrying at the next interval", exc)
-            except Exception:
-                log.exception("fold failed; retrying at the next interval")
+            except Exception as exc:
+                self._fold_failed(exc)
+            else:
+                self._fold_status.worked(self.store)
         failure = writer.error
         if failure is not None:
             detail = str(failure).strip().splitlines()[0] if str(failure).strip() else repr(failure)

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from sluice.bootstrap.health import fold_problem
 from sluice.bootstrap.reader import StoreReader
 from sluice.bootstrap.seed.records import SeedRecords
 from sluice.bootstrap.store import (
@@ -122,6 +123,8 @@ class BootstrapServer(AsyncComponent):
             "rejected_clients": self.rejected_clients,
             "rss_bytes": rss_bytes(),
             "tables": self._tables(current, view.gaps),
+            # the job's folds (bootstrap/health.py): last success, failures in a row, error
+            "fold": self.reader.store.fold_status(),
         }
 
     def _tables(self, current: dict[str, Any], gaps: list[Gap]) -> dict[str, Any]:
@@ -147,6 +150,9 @@ class BootstrapServer(AsyncComponent):
         return json_response(200, await asyncio.to_thread(self._stats))
 
     async def healthz(self, request: web.Request) -> web.Response:
+        problem = fold_problem(await asyncio.to_thread(self.reader.store.fold_status))
+        if problem is not None:
+            return json_response(503, problem)
         return json_response(200, {"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:
@@ -161,6 +167,8 @@ class BootstrapServer(AsyncComponent):
                 ("clients", "gauge", stats["clients"]),
                 ("rejected_clients_total", "counter", stats["rejected_clients"]),
                 ("rss_bytes", "gauge", stats["rss_bytes"]),
+                ("fold_failures", "gauge", (stats["fold"] or {}).get("failures", 0)),
+                ("fold_last_success_seconds", "gauge", (stats["fold"] or {}).get("ok_at") or 0),
             ],
         )
         return web.Response(text=text, content_type="text/plain")

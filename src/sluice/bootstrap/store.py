@@ -105,6 +105,10 @@ def gaps_after(gaps: list[Gap], scn: int, sources: list[str] | None = None) -> l
     return [g for g in gaps if g.until_scn > scn and (sources is None or g.source in sources)]
 
 
+# The bootstrap job's record of its folds: when one last worked, failures since, the error.
+FOLD_STATUS = "fold-status.json"
+
+
 class BootstrapStore:
     def __init__(self, uri: str) -> None:
         if "://" not in uri:
@@ -291,6 +295,16 @@ class BootstrapStore:
         for old in older[: -(KEEP_SNAPSHOTS - 1) or None]:
             log.info("removing old snapshot generation %s", old)
             self.fs.delete_dir(self.path("snapshots", old))
+
+    def fold_status(self) -> dict[str, Any] | None:
+        """What the job's last folds did (``FOLD_STATUS``), for the server to report."""
+        if not self.exists(FOLD_STATUS):
+            return None
+        try:
+            body = self.read_json(FOLD_STATUS)
+        except (OSError, ValueError):
+            return None
+        return body if isinstance(body, dict) else None
 
     def has_log(self) -> bool:
         """Whether a batch of the log was committed: before that, Spark would list the log's
