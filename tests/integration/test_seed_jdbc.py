@@ -6,7 +6,9 @@ SCN it is stamped with while writers run, and chunks it cannot finish left to th
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import random
 import threading
 from pathlib import Path
@@ -16,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from sluice.bootstrap.seed.job import SeedConfig, SeedJob, SeedReport
+from sluice.bootstrap.seed.records import SeedRecords
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.mysql.metadata import end_scn
 from sluice.capture.seeding import KeyRange
@@ -240,3 +243,35 @@ def test_tables_with_other_kinds_take_the_row_path(
     job.prepare()
     job.close()
     assert job.jdbc == {}
+
+
+def test_a_refused_fast_path_is_said_and_recorded(
+    mariadb: PrivateMariaDB,
+    database: str,
+    tmp_path: Path,
+    spark: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Spark's JDBC source refused (here: a wrong password on its connections): the row path
+    reads every chunk, and that is a WARNING saying why, in the seed's record (the bootstrap
+    server's /stats) and in the report, never a quiet slowdown."""
+    source = f"{database}.fast"
+    start = _make_fast(mariadb, database, 50)
+    store = tmp_path / "store"
+    BootstrapStore(str(store)).create(start, (source,))
+    job = SeedJob(SeedConfig(mariadb.url, (source,), str(store), 20))
+    job.prepare()
+    chunks = job.jdbc[source]
+    wrong = tuple((k, "wrong" if k == "password" else v) for k, v in chunks.properties)
+    job.jdbc[source] = dataclasses.replace(chunks, properties=(*wrong, ("password", "wrong")))
+    with caplog.at_level(logging.WARNING):
+        report = job.run(spark)
+    assert report.jdbc_chunks == 0 and len(_chunk_rows(store, source)) == 54
+    seeded = report.seeded[0]
+    assert seeded.fallback_chunks == len(job.plans[0].ranges)
+    assert seeded.fallback is not None and "Access denied" in seeded.fallback
+    assert SeedRecords(BootstrapStore(str(store))).seeded(source) == seeded
+    assert any(
+        r.levelno == logging.WARNING and "go through the row path" in r.getMessage()
+        for r in caplog.records
+    )

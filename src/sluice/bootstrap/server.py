@@ -168,6 +168,15 @@ class BootstrapServer(AsyncComponent):
                 ("rejected_clients_total", "counter", stats["rejected_clients"]),
                 ("rss_bytes", "gauge", stats["rss_bytes"]),
                 ("fold_failures", "gauge", (stats["fold"] or {}).get("failures", 0)),
+                # chunks the seeds' fast path left to the row path (Seeded.fallback says why)
+                (
+                    "seed_fallback_chunks",
+                    "gauge",
+                    sum(
+                        (t["seeded"] or {}).get("fallback_chunks", 0)
+                        for t in stats["tables"].values()
+                    ),
+                ),
                 ("fold_last_success_seconds", "gauge", (stats["fold"] or {}).get("ok_at") or 0),
             ],
         )

@@ -181,6 +181,11 @@ def _seed(args: argparse.Namespace) -> int:
             f"seeded {seeded.source}: {seeded.rows} rows in {seeded.chunks} chunks at SCNs "
             f"{seeded.min_scn}..{seeded.max_scn}"
         )
+        if seeded.fallback_chunks:
+            print(
+                f"  {seeded.fallback_chunks} of its chunks went through the slower row path: "
+                f"{seeded.fallback}"
+            )
     if report.blocked:
         gaps = "; ".join(
             f"{g.source} after SCN {g.after_scn} up to {g.until_scn}" for g in report.blocked

@@ -94,7 +94,7 @@ class _ChunkWriter:
         try:
             payloads = encoder.payloads(columns)
         except Unencodable as exc:
-            log.info("chunk left to the row path: %s", exc)
+            log.warning("a chunk goes to the row path (slower): %s", exc)
             raise _Skip from None
         keys = encoder.keys(columns)
         hashes = pa.array(key_hashes(keys).astype(np.int64))
@@ -103,24 +103,52 @@ class _ChunkWriter:
         return snapshot_batch(encoder.schema, scn, keys, hashes, payloads)
 
 
-def read_chunks(spark: Any, chunks: JdbcChunks, tasks: list[ChunkTask]) -> list[ChunkResult]:
-    """Read ``tasks`` (chunks of one table) through Spark's JDBC source; the results of the
-    chunks it finished (the others are left to the row path). Nothing when Spark cannot load
-    the JDBC driver."""
+def read_chunks(
+    spark: Any, chunks: JdbcChunks, tasks: list[ChunkTask]
+) -> tuple[list[ChunkResult], str | None]:
+    """Read ``tasks`` (chunks of one table) through Spark's JDBC source: the results of the
+    chunks it finished (the others are left to the row path) and, when it could not read
+    them all, why. Nothing when Spark cannot open the table (no JDBC driver, a refused
+    login, a query the server rejects): the row path reads it all, ~4x slower, and the seed
+    records why (``Seeded.fallback``)."""
     predicates = [chunks.predicates[t.index] for t in tasks]
     try:
         frame = spark.read.jdbc(
             chunks.url, chunks.table, predicates=predicates, properties=dict(chunks.properties)
         )
     except Exception as exc:  # any refusal here: the row path reads instead
-        log.info(
-            "reading %s through Python: Spark's JDBC source could not open it (%s); put %s "
-            "on spark.jars for the faster path",
-            tasks[0].schema.source,
-            str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__,
-            " ".join(chunks.jars) or f"a JAR with {chunks.driver}",
-        )
-        return []
+        text = _cause(exc)
+        jar = " ".join(chunks.jars) or f"a JAR with {chunks.driver}"
+        why = f"Spark's JDBC source could not open the table: {text}"
+        if "suitable driver" in text or "ClassNotFound" in text:
+            why += f" (put {jar} on spark.jars)"
+        return [], why
     frame = frame.select(*chunks.columns, *chunks.position_columns)
     done = frame.mapInArrow(_ChunkWriter(tuple(tasks), chunks), RESULT_DDL).collect()
-    return [ChunkResult(r.source, r.chunk, r.scn, r.rows, r.seconds) for r in done]
+    results = [ChunkResult(r.source, r.chunk, r.scn, r.rows, r.seconds) for r in done]
+    if len(results) < len(tasks):
+        return results, (
+            "the fast path could not finish them (an empty chunk tells no snapshot SCN, or a "
+            "value it cannot encode exactly: see the job's WARNINGs)"
+        )
+    return results, None
+
+
+def _cause(exc: BaseException) -> str:
+    """The first line of a JVM failure and, when it has one, its deepest cause's (a refused
+    login says so there, not in Spark's first line)."""
+    first = _first_line(exc)
+    deepest, seen = exc, 0
+    while (cause := getattr(deepest, "_cause", None)) is not None and seen < 20:
+        deepest, seen = cause, seen + 1  # PySpark's captured JVM exception chain
+    stack = str(getattr(exc, "_stackTrace", "") or "")
+    causes = [line.strip() for line in stack.splitlines() if line.strip().startswith("Caused by:")]
+    root = _first_line(deepest) if deepest is not exc else ""
+    if causes:
+        root = causes[-1].removeprefix("Caused by:").strip()
+    return first + (f" (caused by: {root[:200]})" if root and root != first else "")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0][:200] if lines else repr(exc)

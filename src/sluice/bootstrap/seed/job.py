@@ -74,6 +74,8 @@ class SeedJob:
         self.reader: ChunkReader | None = None
         self.jdbc: dict[str, JdbcChunks] = {}  # sources Spark's JDBC source can read
         self.jdbc_read = 0
+        # per source: chunks its JDBC path left to the row path, and why
+        self.fallbacks: dict[str, tuple[int, str]] = {}
 
     # -- checks and plans (driver only) -------------------------------------------------------
     def prepare(self) -> list[SeedPlan]:
@@ -201,13 +203,27 @@ class SeedJob:
         log.info("seed read %d chunks, %d rows", len(results), sum(r.rows for r in results))
 
     def _read_jdbc(self, spark: Any, tasks: list[ChunkTask]) -> list[ChunkResult]:
-        """Chunks of the sources with a JDBC path, read by Spark's own JDBC source."""
+        """Chunks of the sources with a JDBC path, read by Spark's own JDBC source; the
+        chunks it could not read go to the row path, which is said and recorded."""
         results: list[ChunkResult] = []
         for source, chunks in self.jdbc.items():
             mine = [t for t in tasks if t.schema.source == source]
-            if mine:
-                spark.sparkContext.setJobDescription(f"sluice seed: {source}, JDBC")
-                results += read_chunks(spark, chunks, mine)
+            if not mine:
+                continue
+            spark.sparkContext.setJobDescription(f"sluice seed: {source}, JDBC")
+            read, why = read_chunks(spark, chunks, mine)
+            results += read
+            if why is not None:
+                left = len(mine) - len(read)
+                self.fallbacks[source] = (self.fallbacks.get(source, (0, ""))[0] + left, why)
+                log.warning(
+                    "seed of %s: %d of %d chunks go through the row path (about 4x slower than "
+                    "Spark's JDBC source) because %s",
+                    source,
+                    left,
+                    len(mine),
+                    why,
+                )
         return results
 
     def _finish(self, plan: SeedPlan) -> Seeded:
@@ -223,6 +239,7 @@ class SeedJob:
             sum(d.rows for d in done.values()),
             len(plan.ranges),
             time.time(),
+            *self.fallbacks.get(plan.source, (0, None)),
         )
         check_coverage(self.store, seeded)
         current = self.records.seeded(plan.source)

@@ -103,6 +103,9 @@ class Seeded:
     rows: int
     chunks: int
     finished_at: float
+    # chunks the fast (JDBC) path should have read but the row path did, and why
+    fallback_chunks: int = 0
+    fallback: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,6 +115,8 @@ class Seeded:
             "rows": self.rows,
             "chunks": self.chunks,
             "finished_at": self.finished_at,
+            "fallback_chunks": self.fallback_chunks,
+            "fallback": self.fallback,
         }
 
 
@@ -188,6 +193,8 @@ class SeedRecords:
             int(body["rows"]),
             int(body["chunks"]),
             float(body["finished_at"]),
+            int(body.get("fallback_chunks") or 0),
+            body.get("fallback"),
         )
 
     def mark_seeded(self, seeded: Seeded) -> None:
