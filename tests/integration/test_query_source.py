@@ -322,6 +322,9 @@ def test_bad_query_urls_and_stray_table_settings_are_one_line(
         (["--source", "query+oracle://u@h/x", "--table", "a.t"], "unknown source scheme", 2),
         (["--source", mariadb.url, "--table", "x.t", "--config", str(config)],
          "apply to query sources", 2),
+        (["--source", f"query+sqlite:///{tmp_path}/missing.db", "--table", "main.t",
+          "--config", str(bulk), "--on-decode-error", "skip"],
+         'on_decode_error = "skip" is not available for query sources', 2),
     ]  # fmt: skip
     for n, (args, message, code) in enumerate(cases):
         result = run_sluice(

@@ -115,6 +115,15 @@ def source_info(url: str) -> dict[str, Any]:
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
+    if settings.on_decode_error == "skip":
+        # A poll resumes from the position of the rows it delivered; one it could not convert
+        # has no place in that order to skip to without losing its neighbours (a timestamp
+        # shared with rows after it), so it is refused rather than accepted and ignored.
+        raise ConfigError(
+            'on_decode_error = "skip" is not available for query sources: a row a poll '
+            "cannot convert stops its table (the others go on, /healthz says which); remove "
+            'the setting, or use "stop_source"'
+        )
     return QueryCapture(dialect_of(parse_url(url)), settings)
 
 
