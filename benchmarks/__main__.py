@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from benchmarks import (
+    big_txn,
     capture,
     latency,
     pg_capture,
@@ -31,6 +32,8 @@ def main() -> int:
     serving.run()
     print("\n== load: a normal client while 200 catch up and 1,000 long polls wait ==")
     subprocess.run([sys.executable, "-m", "benchmarks.load"], check=True)
+    print("\n== one 1,000,000-row transaction vs 1,000-row ones through a relay ==")
+    big_txn.run()
     print("\n== latency: commit to consumer at 100 commits/s ==")
     latency.run()
     print("\n== Spark: relay into Parquet, fold, snapshot serving ==")

@@ -98,6 +98,22 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
         3.000001,
         below=True,
     )
+    # Issue 25: transactions of any size.
+    big = _load("big_txn")
+    add(
+        "one 1M-row transaction >= 0.8x the same rows in 1,000-row ones, worst round (issue 25)",
+        big.get("ratio_worst"),
+        0.8,
+    )
+    if big:
+        rows.append(
+            (
+                "relay peak anonymous RSS, 1M-row transaction vs 1,000-row ones (issue 25)",
+                f"{big['peak_anon_rss_mb_one_transaction']} vs "
+                f"{big['peak_anon_rss_mb_small_transactions']} MB",
+                "-",
+            )
+        )
     if load:
         rows.append(
             (
