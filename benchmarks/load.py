@@ -1,6 +1,7 @@
 """A normal client's ``/stream`` latency alone vs while 200 clients catch up over the whole
-buffer and 1,000 idle long polls are held (issue 11: target <= 3x), and the relay's peak RSS
-under that load vs the documented bound.
+buffer, 20 hold whole-buffer streams open without reading them and 1,000 idle long polls are
+held (issues 11 and 25: target <= 3x), and the relay's peak RSS under that load vs the
+documented bound.
 
 The relay is a ``sluice relay`` process; the crowd is another process (asyncio: 200 readers
 that re-read the whole buffer as fast as they can, 1,000 sockets holding long polls); the
@@ -24,7 +25,7 @@ from benchmarks.common import SMALL_TABLE_DDL, fill_small_table, machine, table,
 from sluice.capture.mysql.metadata import end_scn
 from sluice.testing import PrivateMariaDB, RelayProcess
 
-READERS, IDLE, SAMPLES = 200, 1000, 300
+READERS, UNREAD, IDLE, SAMPLES = 200, 20, 1000, 300
 
 
 def _get(url: str) -> Any:
@@ -58,7 +59,16 @@ def _normal_client(url: str, since: int) -> dict[str, float]:
 
 
 async def _crowd(port: int, start: int, tip: int, seconds: float) -> None:
-    """In the crowd process: readers re-reading the whole buffer, idle long polls."""
+    """In the crowd process: readers re-reading the whole buffer, streams of the whole
+    buffer never read, idle long polls."""
+    unread = []
+    for _ in range(UNREAD):
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"GET /stream?since_scn={start}&max_bytes=268435456&timeout_ms=300000 HTTP/1.1\r\n"
+            "Host: x\r\n\r\n".encode()
+        )
+        unread.append(writer)  # never read: its socket fills and stays full
     idle = []
     for _ in range(IDLE):
         _reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -81,7 +91,7 @@ async def _crowd(port: int, start: int, tip: int, seconds: float) -> None:
             w.close()
 
     await asyncio.gather(*(reader() for _ in range(READERS)))
-    for writer in idle:
+    for writer in idle + unread:
         writer.close()
 
 
@@ -127,7 +137,7 @@ def run(windows: int = 500) -> dict[str, Any]:
                 [sys.executable, "-m", "benchmarks.load", "crowd", str(port), str(start),
                  str(tip), "120"]
             )  # fmt: skip
-            while _stats(relay.url)["clients"] < IDLE + READERS // 2:
+            while _stats(relay.url)["clients"] < UNREAD + IDLE + READERS // 2:
                 time.sleep(0.2)
             peak = _rss(pid)
             before, began = _stats(relay.url)["bytes_served"], time.perf_counter()
@@ -147,6 +157,7 @@ def run(windows: int = 500) -> dict[str, Any]:
         "alone": alone,
         "loaded": loaded,
         "clients_under_load": under["clients"],
+        "unread_streams": UNREAD,
         "crowd_mb_per_s": round(crowd_mb_s, 1),
         "p99_ratio": round(loaded["p99_ms"] / max(alone["p99_ms"], 0.01), 2),
         "peak_rss_mb": round(peak / 2**20, 1),
@@ -158,7 +169,7 @@ def run(windows: int = 500) -> dict[str, Any]:
                 ("normal client /stream", "p50", "p99"),
                 ("alone", f"{alone['p50_ms']} ms", f"{alone['p99_ms']} ms"),
                 (
-                    f"{READERS} catching up + {IDLE} idle polls",
+                    f"{READERS} catching up + {UNREAD} unread + {IDLE} idle polls",
                     f"{loaded['p50_ms']} ms",
                     f"{loaded['p99_ms']} ms",
                 ),
