@@ -472,13 +472,24 @@ def test_failing_folds_show_in_the_servers_health_and_recover(
                 body = http_status(server.url + "/healthz")[1]
                 assert body["status"] == "folds failing" and body["failures"] >= 3
                 fold = get_json(server.url + "/stats")["fold"]
-                assert fold["failures"] >= 3 and fold["error"]
+                assert fold["failures"] >= 3 and fold["error"] and fold["running"]
+                assert "snapshots are going stale" in fold["problem"]
                 metrics = http_status(server.url + "/metrics")[1].decode()
                 assert "sluice_bootstrap_fold_failures" in metrics
+                assert "sluice_bootstrap_fold_healthy 0" in metrics
                 blocker.rmdir()
                 wait_for(lambda: http_status(server.url + "/healthz")[0] == 200, 120, "200")
-                assert get_json(server.url + "/stats")["fold"]["failures"] == 0
+                fold = get_json(server.url + "/stats")["fold"]
+                assert fold["failures"] == 0 and fold["ok_at"] and fold["problem"] is None
+                assert (
+                    "sluice_bootstrap_fold_healthy 1"
+                    in http_status(server.url + "/metrics")[1].decode()
+                )
         finally:
             job.stop()
             runner.join(120)
-    assert any("fold failed (3 in a row)" in r.getMessage() for r in caplog.records)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("fold failed (3 in a row)" in m for m in said), said
+    assert any(m.startswith("/healthz answers 503: the last ") for m in said), said
+    status = BootstrapStore(str(store_dir)).fold_status()
+    assert status is not None and status["running"] is False  # stopped cleanly

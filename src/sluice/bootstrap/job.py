@@ -17,7 +17,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from sluice.bootstrap.fold import blocked_by_gaps, fold
-from sluice.bootstrap.health import FoldStatus
+from sluice.bootstrap.health import UNHEALTHY_FAILURES, FoldStatus
 from sluice.bootstrap.logwriter import LogWriter
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.source import seed_jars
@@ -135,7 +135,7 @@ class BootstrapJob:
         self.error: BaseException | None = None
         self.seeded = config.seed is None  # True once its seed (if any) is published
         self._gap_warned = ""
-        self._fold_status = FoldStatus()
+        self._fold_status = FoldStatus(config.fold_every_s)
 
     def stop(self) -> None:
         self._stop.set()
@@ -200,12 +200,25 @@ class BootstrapJob:
         try:
             if self.config.seed is not None:
                 self._seed(spark)
+            self._fold_status.started(self.store)
             self._loop(spark)
         finally:
             self.log_writer.stop()
-        save_schemas(self.config.relays, self.config.sources, self.store)
-        self._seed_past_gaps(spark)
-        fold(spark, self.store)
+        try:
+            self._fold(spark)
+        finally:
+            self._fold_status.stopped(self.store)
+
+    def _fold(self, spark: Any) -> None:
+        """Fold (seeding past gaps first) and record how it went (``bootstrap/health.py``)."""
+        try:
+            save_schemas(self.config.relays, self.config.sources, self.store)
+            self._seed_past_gaps(spark)
+            fold(spark, self.store)
+        except Exception as exc:
+            self._fold_status.failed(self.store, exc)
+            raise
+        self._fold_status.worked(self.store)
 
     def _seed(self, spark: Any) -> None:
         """Seed every source the store has never seeded, now that the stream is in place (its
@@ -264,14 +277,17 @@ class BootstrapJob:
         it says so (a WARNING each time, and the store's fold status for the server)."""
         if not isinstance(exc, SluiceError):
             log.debug("fold failure", exc_info=exc)
-        status = self._fold_status.failed(self.store, exc)
+        status = self._fold_status
         log.warning(
             "fold failed (%d in a row): %s; snapshots are going stale (the newest is at SCN "
-            "%s); retrying in %.0f s",
-            status["failures"],
-            status["error"],
+            "%s); retrying in %.0f s%s",
+            status.failures,
+            status.error,
             self.store.current_snapshot(),
             self.config.fold_every_s,
+            f"; the bootstrap server's /healthz answers 503 from {UNHEALTHY_FAILURES} in a row"
+            if status.failures < UNHEALTHY_FAILURES
+            else "; the bootstrap server's /healthz answers 503",
         )
 
     def _loop(self, spark: Any) -> None:
@@ -283,13 +299,9 @@ class BootstrapJob:
             if self._stop.wait(self.config.fold_every_s):
                 break
             try:
-                save_schemas(self.config.relays, self.config.sources, self.store)
-                self._seed_past_gaps(spark)
-                fold(spark, self.store)
+                self._fold(spark)
             except Exception as exc:
                 self._fold_failed(exc)
-            else:
-                self._fold_status.worked(self.store)
         failure = writer.error
         if failure is not None:
             detail = str(failure).strip().splitlines()[0] if str(failure).strip() else repr(failure)

@@ -68,6 +68,7 @@ class BootstrapServer(AsyncComponent):
         self.requests = 0
         self.rows_served = 0
         self._runner: web.AppRunner | None = None
+        self._fold_said: tuple[str, int] | None = None  # the fold problem last logged
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -124,8 +125,24 @@ class BootstrapServer(AsyncComponent):
             "rss_bytes": rss_bytes(),
             "tables": self._tables(current, view.gaps),
             # the job's folds (bootstrap/health.py): last success, failures in a row, error
-            "fold": self.reader.store.fold_status(),
+            "fold": self._fold_health()[0],
         }
+
+    def _fold_health(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The job's fold status (with ``problem``: why folds are unhealthy, or None) and the
+        problem's ``/healthz`` body. A change of health is one log line, not one per probe."""
+        status = self.reader.store.fold_status()
+        problem = fold_problem(status)
+        said = None if problem is None else (str(problem["status"]), int(problem["failures"]))
+        if said != self._fold_said:
+            if problem is not None:
+                log.warning("/healthz answers 503: %s", problem["error"])
+            elif self._fold_said is not None:
+                log.info("/healthz answers 200 again: the bootstrap job's folds work")
+            self._fold_said = said
+        if status is None:
+            return None, None
+        return {**status, "problem": None if problem is None else problem["error"]}, problem
 
     def _tables(self, current: dict[str, Any], gaps: list[Gap]) -> dict[str, Any]:
         """Per table: its seed, what the log covers, and the snapshot that serves it."""
@@ -150,7 +167,7 @@ class BootstrapServer(AsyncComponent):
         return json_response(200, await asyncio.to_thread(self._stats))
 
     async def healthz(self, request: web.Request) -> web.Response:
-        problem = fold_problem(await asyncio.to_thread(self.reader.store.fold_status))
+        _status, problem = await asyncio.to_thread(self._fold_health)
         if problem is not None:
             return json_response(503, problem)
         return json_response(200, {"status": "ok"})
@@ -167,7 +184,9 @@ class BootstrapServer(AsyncComponent):
                 ("clients", "gauge", stats["clients"]),
                 ("rejected_clients_total", "counter", stats["rejected_clients"]),
                 ("rss_bytes", "gauge", stats["rss_bytes"]),
+                # the job's folds: failures in a row, whether /healthz is 200 for them
                 ("fold_failures", "gauge", (stats["fold"] or {}).get("failures", 0)),
+                ("fold_healthy", "gauge", int(not (stats["fold"] or {}).get("problem"))),
                 # chunks the seeds' fast path left to the row path (Seeded.fallback says why)
                 (
                     "seed_fallback_chunks",
