@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -158,6 +159,7 @@ class MySQLCapture:
         self._parts_open = False  # parts of an unfinished transaction were handed over
         self.stats = CaptureStats()
         self._stop = threading.Event()
+        self._stopping = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stream: BinlogStream | None = None
         self._info: ServerInfo | None = None
@@ -199,16 +201,20 @@ class MySQLCapture:
         """The binlog is the server's to keep or purge: nothing to confirm."""
 
     def stop(self) -> None:
+        """Safe to call twice, and from two threads at once (the relay stops capture when a
+        window is refused while it is itself stopping)."""
         self._stop.set()
-        stream = self._stream
-        if stream is not None:
-            stream.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=10)
-        self._thread = None
-        if self._meta is not None:
-            self._meta.close()
-            self._meta = None
+        with self._stopping:
+            stream = self._stream
+            if stream is not None:
+                stream.close()
+            thread, self._thread = self._thread, None
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(timeout=10)
+            meta, self._meta = self._meta, None
+            if meta is not None:
+                with contextlib.suppress(pymysql.err.Error):
+                    meta.close()
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
