@@ -68,6 +68,12 @@ def test_overflow_gives_410_and_others_keep_streaming(
         assert more.events[-1].key == {"id": 1000}
 
 
+def _big_table(conn: pymysql.Connection[Any], database: str) -> str:
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    return f"{database}.big"
+
+
 def _wait_held(relay_url: str, conn: pymysql.Connection[Any]) -> None:
     """Until the buffer holds everything the server has logged (not just captured)."""
     target = wait_relay_caught_up(relay_url, conn)
@@ -89,9 +95,7 @@ def test_a_transaction_bigger_than_the_buffer_is_served_whole(
     """A transaction of ~6x the buffer is held in a file beside it and served whole, in SCN
     order, raw, as JSON and by key partition, to a live reader and to one that comes later,
     and again after a restart."""
-    source = f"{database}.big"
-    with conn.cursor() as cur:
-        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    source = _big_table(conn, database)
     config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024)
     with RelayThread(config) as relay, conn.cursor() as cur:
         start = get_json(relay.url + "/stats")["min_scn"]
@@ -142,9 +146,7 @@ def test_held_windows_evict_older_ones_within_their_disk_limit(
     """The files of held windows stay under window_files_bytes: older windows are evicted
     (their readers get 410) and their files removed; one transaction bigger than the whole
     limit stops capture with an error naming the setting."""
-    source = f"{database}.big"
-    with conn.cursor() as cur:
-        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    source = _big_table(conn, database)
     config = relay_config(
         mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024, window_files_bytes=1 << 20
     )
@@ -201,9 +203,7 @@ def test_the_bootstrap_log_takes_a_big_window_in_pieces(
             yield frame
 
     monkeypatch.setattr(fetch, "frames_in_pieces", spy)
-    source = f"{database}.big"
-    with conn.cursor() as cur:
-        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    source = _big_table(conn, database)
     config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=1 << 20)
     with RelayThread(config) as relay, conn.cursor() as cur:
         start = get_json(relay.url + "/stats")["max_scn"]
@@ -251,9 +251,7 @@ def test_a_json_consumer_takes_a_big_window_in_pieces_and_again_after_a_failure(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(client_module, "PIECE_BYTES", 64 * 1024)
-    source = f"{database}.big"
-    with conn.cursor() as cur:
-        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    source = _big_table(conn, database)
     config = relay_config(mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024)
     with RelayThread(config) as relay, conn.cursor() as cur:
         start = get_json(relay.url + "/stats")["min_scn"]
@@ -276,9 +274,7 @@ def test_a_cold_read_gives_a_big_transaction_whole(
 ) -> None:
     """A big window evicted from the relay, read again from the binlog (``cold=true``):
     capture hands it over in parts, the cold read frames it whole."""
-    source = f"{database}.big"
-    with conn.cursor() as cur:
-        cur.execute("CREATE TABLE big (id INT PRIMARY KEY, body VARBINARY(2000))")
+    source = _big_table(conn, database)
     config = relay_config(
         mariadb, [source], tmp_path / "relay", buffer_size=64 * 1024, window_files_bytes=512 << 10
     )
