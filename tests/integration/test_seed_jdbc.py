@@ -19,9 +19,11 @@ import pytest
 
 from sluice.bootstrap.seed.job import SeedConfig, SeedJob, SeedReport
 from sluice.bootstrap.seed.records import SeedRecords
+from sluice.bootstrap.server import BootstrapServer
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.mysql.metadata import end_scn
 from sluice.capture.seeding import KeyRange
+from sluice.errors import ConfigError
 from sluice.schemas import SchemaRegistry
 from sluice.testing import PrivateMariaDB
 from tests.integration.test_differential import _capture
@@ -245,33 +247,76 @@ def test_tables_with_other_kinds_take_the_row_path(
     assert job.jdbc == {}
 
 
-def test_a_refused_fast_path_is_said_and_recorded(
-    mariadb: PrivateMariaDB,
-    database: str,
-    tmp_path: Path,
-    spark: Any,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Spark's JDBC source refused (here: a wrong password on its connections): the row path
-    reads every chunk, and that is a WARNING saying why, in the seed's record (the bootstrap
-    server's /stats) and in the report, never a quiet slowdown."""
+def _broken_fast_path(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, **changes: Any
+) -> tuple[SeedJob, str, Path]:
+    """A prepared seed of ``fast`` whose JDBC chunks are changed as given."""
     source = f"{database}.fast"
     start = _make_fast(mariadb, database, 50)
     store = tmp_path / "store"
     BootstrapStore(str(store)).create(start, (source,))
     job = SeedJob(SeedConfig(mariadb.url, (source,), str(store), 20))
     job.prepare()
+    job.jdbc[source] = dataclasses.replace(job.jdbc[source], **changes)
+    return job, source, store
+
+
+def test_a_refused_login_on_the_fast_path_stops_the_seed(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, spark: Any
+) -> None:
+    """Spark's JDBC connections refused (here: a wrong password on them) is the account's
+    problem, not the fast path's: the seed stops with what to fix, never a quiet 4x."""
+    job, source, _store = _broken_fast_path(mariadb, database, tmp_path)
     chunks = job.jdbc[source]
     wrong = tuple((k, "wrong" if k == "password" else v) for k, v in chunks.properties)
     job.jdbc[source] = dataclasses.replace(chunks, properties=(*wrong, ("password", "wrong")))
+    with pytest.raises(ConfigError) as caught:
+        job.run(spark)
+    message = str(caught.value)
+    assert "refused Spark's JDBC connections" in message and "Access denied" in message
+    assert "--no-jdbc" in message and "wrong" not in message  # no password in the message
+    assert caught.value.source == source
+    assert SeedRecords(BootstrapStore(job.config.store)).seeded(source) is None
+
+
+def test_a_fast_path_the_server_rejects_falls_back_said_and_recorded(
+    mariadb: PrivateMariaDB,
+    database: str,
+    tmp_path: Path,
+    spark: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A query Spark's JDBC source cannot run (here: a table that is not there): the row
+    path reads every chunk, and that is a WARNING saying why and what it costs, in the
+    seed's record (the bootstrap server's /stats, /metrics) and in the report."""
+    job, source, store = _broken_fast_path(
+        mariadb, database, tmp_path, table=f"`{database}`.`no_such_table`"
+    )
     with caplog.at_level(logging.WARNING):
         report = job.run(spark)
     assert report.jdbc_chunks == 0 and len(_chunk_rows(store, source)) == 54
     seeded = report.seeded[0]
     assert seeded.fallback_chunks == len(job.plans[0].ranges)
-    assert seeded.fallback is not None and "Access denied" in seeded.fallback
+    assert seeded.fallback is not None and "no_such_table" in seeded.fallback
     assert SeedRecords(BootstrapStore(str(store))).seeded(source) == seeded
     assert any(
-        r.levelno == logging.WARNING and "go through the row path" in r.getMessage()
+        r.levelno == logging.WARNING
+        and "go through the row path (about 4x slower" in r.getMessage()
+        and "no_such_table" in r.getMessage()
         for r in caplog.records
     )
+    server = BootstrapServer(str(store), port=0)
+    assert server._stats()["tables"][source]["seeded"]["fallback_chunks"] == seeded.chunks
+
+
+def test_no_jdbc_reads_every_chunk_through_the_row_path(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    source = f"{database}.fast"
+    start = _make_fast(mariadb, database, 5)
+    store = tmp_path / "store"
+    BootstrapStore(str(store)).create(start, (source,))
+    job = SeedJob(SeedConfig(mariadb.url, (source,), str(store), 20, jdbc=False))
+    job.prepare()
+    job.close()
+    assert job.jdbc == {}

@@ -36,6 +36,8 @@ class SeedConfig:
     store: str
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     where: str | None = None
+    # False: no chunk through Spark's JDBC source (the fast path), every one by the row path
+    jdbc: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +123,10 @@ class SeedJob:
             plan = self._plan(seeder, schema)
             self.plans.append(plan)
             chunks = seeder.jdbc_chunks(schema, plan.ranges, plan.where)
-            if chunks is not None:
+            if chunks is not None and self.config.jdbc:
                 self.jdbc[table] = chunks
+            elif chunks is not None:
+                log.info("seed of %s: every chunk through the row path (--no-jdbc)", table)
         # The store learns a seeded table's current schema if the relay has not seen it yet.
         self.store.merge_schemas({t: [s.to_avro()] for t, s in self.schemas.items()}, keep=True)
 
@@ -211,7 +215,10 @@ class SeedJob:
             if not mine:
                 continue
             spark.sparkContext.setJobDescription(f"sluice seed: {source}, JDBC")
-            read, why = read_chunks(spark, chunks, mine)
+            try:
+                read, why = read_chunks(spark, chunks, mine)
+            except SourceSetupError as exc:  # the account: the user's input to fix
+                raise ConfigError(str(exc), source=exc.source) from None
             results += read
             if why is not None:
                 left = len(mine) - len(read)
