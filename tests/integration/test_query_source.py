@@ -322,9 +322,6 @@ def test_bad_query_urls_and_stray_table_settings_are_one_line(
         (["--source", "query+oracle://u@h/x", "--table", "a.t"], "unknown source scheme", 2),
         (["--source", mariadb.url, "--table", "x.t", "--config", str(config)],
          "apply to query sources", 2),
-        (["--source", f"query+sqlite:///{tmp_path}/missing.db", "--table", "main.t",
-          "--config", str(bulk), "--on-decode-error", "skip"],
-         'on_decode_error = "skip" is not available for query sources', 2),
     ]  # fmt: skip
     for n, (args, message, code) in enumerate(cases):
         result = run_sluice(
@@ -436,6 +433,55 @@ def test_a_value_that_does_not_fit_its_declared_type_stops_only_its_table(
         wait_for(lambda: 2 in _replica(relay.url, "main.good"), 30, "main.good going on")
         assert http_status(relay.url + "/healthz")[0] == 503  # a stopped table shows
     assert "column 'n' (INT) of main.bad" in message and "'seven'" in message
+    db.close()
+
+
+@pytest.mark.parametrize("mode", ["timestamp", "timestamp+incrementing", "incrementing", "bulk"])
+def test_on_decode_error_skip_skips_the_row_and_says_so(
+    tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``on_decode_error = "skip"``: a row a poll cannot convert is left out, counted in
+    ``skipped_events`` (/stats, /metrics) with an ERROR line saying why, and the poll goes on
+    after it: its neighbours (the same timestamp, the same page) and later rows all arrive,
+    and the row is not read again at the next poll (bulk reads it every pass: counted each
+    time, said once)."""
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("CREATE TABLE bad (id INTEGER PRIMARY KEY, n INT, at DATETIME)")
+    same = "2024-01-01 00:00:00"
+    for i, n in ((1, "1"), (2, "'seven'"), (3, "3"), (4, "4")):  # SQLite takes 'seven'
+        db.execute(f"INSERT INTO bad VALUES ({i}, {n}, '{same}')")
+    db.execute("INSERT INTO bad VALUES (5, 5, '2024-01-01 00:00:01')")
+    table: dict[str, Any] = {"mode": mode, "poll_interval": 0.1, "page_rows": 2}
+    if "timestamp" in mode:
+        table["timestamp_column"] = "at"
+    if "incrementing" in mode:
+        table["incrementing_column"] = "id"
+    config = RelayConfig(
+        source=f"query+sqlite:///{path}", tables=["main.bad"], data_dir=tmp_path / "r",
+        port=0, table_options={"main.bad": table}, on_decode_error="skip",
+    )  # fmt: skip
+    with caplog.at_level("ERROR"), RelayThread(config) as relay:
+        wait_for(lambda: set(_replica(relay.url, "main.bad")) == {1, 3, 4, 5}, 30, "1, 3-5")
+        db.execute("INSERT INTO bad VALUES (6, 6, '2024-01-01 00:00:02')")
+        wait_for(lambda: 6 in _replica(relay.url, "main.bad"), 30, "row 6")
+        replica = _replica(relay.url, "main.bad")
+        capture = get_json(relay.url + "/stats")["capture"]
+        metrics = http_status(relay.url + "/metrics")[1].decode()
+        healthz = http_status(relay.url + "/healthz")[0]
+    assert replica == {1: 1, 3: 3, 4: 4, 5: 5, 6: 6}
+    assert capture["stopped_sources"] == {} and healthz == 200
+    skipped = [r.getMessage() for r in caplog.records if "skipped a change" in r.getMessage()]
+    assert len(skipped) == 1, skipped  # said once
+    if mode == "bulk":  # every poll reads the whole table again: skipped (counted) each time
+        assert capture["skipped_events"] >= 2
+    else:
+        assert capture["skipped_events"] == 1
+    assert "sluice_relay_capture_skipped_events_total " in metrics
+    if mode != "bulk":
+        assert "sluice_relay_capture_skipped_events_total 1\n" in metrics
+    assert "column 'n' (INT) of main.bad" in skipped[0] and "'seven'" in skipped[0]
+    assert "the row at" in skipped[0]
     db.close()
 
 

@@ -281,11 +281,17 @@ def _fail(
 
 
 def undecodable(
-    stats: CaptureStats, policy: str, source: str, message: str, events: list[bytes]
+    stats: CaptureStats,
+    policy: str,
+    source: str,
+    message: str,
+    events: list[bytes],
+    fix: str = "restart the relay with --since-scn before it",
 ) -> None:
     """A row capture cannot decode, by ``on_decode_error``: ``skip`` drops that change and
     counts it; ``stop_source`` stops that source, dropping its events of the open transaction
-    so it stops at a transaction boundary. Either way the other sources go on."""
+    so it stops at a transaction boundary. Either way the other sources go on. ``fix`` says
+    how that source's capture comes back once the row is fixed."""
     if policy == "skip":
         stats.skipped_events += 1
         log.error("skipped a change: %s", message)
@@ -294,8 +300,9 @@ def undecodable(
     name = source.encode()
     events[:] = [e for e in events if wire.event_source(e) != name]
     log.error(
-        "capture of %s stopped: %s; the other tables go on. Fix the row, then restart the "
-        'relay with --since-scn before it, or set on_decode_error = "skip"',
+        "capture of %s stopped: %s; the other tables go on. Fix the row, then %s, or set "
+        'on_decode_error = "skip"',
         source,
         message,
+        fix,
     )

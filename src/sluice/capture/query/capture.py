@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from sluice.capture.query.dialect import Dialect
 from sluice.capture.query.journal import JOURNAL, Journal
 from sluice.capture.query.options import TableOptions, parse_options
-from sluice.capture.query.poll import TablePoller, check_columns
+from sluice.capture.query.poll import Page, TablePoller, check_columns
 from sluice.capture.seeding import Seeder
 from sluice.capture.source import (
     CapturedWindow,
@@ -27,6 +27,7 @@ from sluice.capture.source import (
     CaptureSource,
     CaptureStats,
     run_supervised,
+    undecodable,
 )
 from sluice.errors import (
     ConfigError,
@@ -40,6 +41,7 @@ from sluice.schemas import TableSchema
 
 log = logging.getLogger(__name__)
 TAKES_TABLE_OPTIONS = True  # [tables."..."] settings (source.open_capture checks)
+_SKIPS_REMEMBERED = 1000  # per table: skipped rows whose ERROR line is not repeated
 _PING_S = 1.0  # the longest the poll thread sleeps: health needs a word from the database
 _HINT = (
     "expected query+sqlite:///relative/app.db, query+sqlite:////absolute/app.db, "
@@ -115,15 +117,6 @@ def source_info(url: str) -> dict[str, Any]:
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
-    if settings.on_decode_error == "skip":
-        # A poll resumes from the position of the rows it delivered; one it could not convert
-        # has no place in that order to skip to without losing its neighbours (a timestamp
-        # shared with rows after it), so it is refused rather than accepted and ignored.
-        raise ConfigError(
-            'on_decode_error = "skip" is not available for query sources: a row a poll '
-            "cannot convert stops its table (the others go on, /healthz says which); remove "
-            'the setting, or use "stop_source"'
-        )
     return QueryCapture(dialect_of(parse_url(url)), settings)
 
 
@@ -148,6 +141,7 @@ class QueryCapture:
         self._thread: threading.Thread | None = None
         self._persisted = 0
         self._scn = 0
+        self._skips_said: dict[str, set[str]] = {}  # per table: skipped rows logged already
 
     # -- CaptureSource -----------------------------------------------------------------------
     def check(self) -> _Info:
@@ -232,7 +226,10 @@ class QueryCapture:
         poller = self.pollers[source]
         try:
             for page in poller.poll():
-                self._deliver(source, page.events, page.position)
+                if page.skipped and not self._skip(source, page):
+                    break  # stopped before the page: the poll resumes before it
+                if page.events:  # every row of it skipped: its position moves on all the same
+                    self._deliver(source, page.events, page.position)
         except self.dialect.transient:
             raise  # the supervisor reconnects and polls again from the positions
         except self.dialect.errors as exc:
@@ -250,6 +247,30 @@ class QueryCapture:
         finally:
             self.journal.sync()
         self.stats.tables[source] = {"mode": self.options[source].mode, **poller.position}
+
+    def _skip(self, source: str, page: Page) -> bool:
+        """Rows of a page that did not convert, by ``on_decode_error`` (``undecodable``, as
+        log sources do): ``skip`` counts each and logs why (the page goes on without them; a
+        row skipped again, as a bulk poll does every pass, is counted, not logged again);
+        ``stop_source`` stops the table before the page. Whether the page goes on."""
+        said = self._skips_said.setdefault(source, set())
+        for message in page.skipped:
+            if message in said and self.settings.on_decode_error == "skip":
+                self.stats.skipped_events += 1  # bulk reads it again every poll: said once
+                continue
+            if len(said) < _SKIPS_REMEMBERED:
+                said.add(message)
+            undecodable(
+                self.stats,
+                self.settings.on_decode_error,
+                source,
+                message,
+                page.events,
+                fix="restart the relay (its poll resumes before the row)",
+            )
+            if source in self.stats.stopped_sources:
+                return False
+        return True
 
     def _deliver(self, source: str, events: list[bytes], position: dict[str, Any]) -> None:
         now_us = int(time.time() * 1_000_000)

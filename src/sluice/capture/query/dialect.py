@@ -4,6 +4,8 @@ A ``Dialect`` is one connection's worth of a database kind. Rows come out as the
 canonical values (what log capture of that kind decodes, so the same row encodes to the same
 bytes) plus the *raw* values of the position columns, which are bound back unchanged in the
 next poll's ``WHERE`` (a timestamp's own text compares exactly as the database stores it).
+A row with a value that does not convert comes out as ``Unconverted`` beside its raw
+position values, so a poll can skip it (``on_decode_error = "skip"``) and go on after it.
 """
 
 from __future__ import annotations
@@ -12,11 +14,22 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sluice.errors import DecodeError
 from sluice.schemas import TableSchema
 
 # Kinds a timestamp column may have, and an incrementing one.
 TIME_KINDS = frozenset({"datetime", "timestamp", "date"})
 INT_KINDS = frozenset({"int", "uint64", "year"})
+
+
+@dataclass(frozen=True, slots=True)
+class Unconverted:
+    """A row the dialect could not convert; ``error`` names its table and column."""
+
+    error: DecodeError
+
+
+Row = list[Any] | Unconverted  # canonical values, or why there are none
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +84,8 @@ class Dialect(Protocol):
         its argument (or None)."""
         ...
 
-    def rows(self, select: Select) -> Iterator[tuple[list[Any], Sequence[Any]]]:
+    def rows(self, select: Select) -> Iterator[tuple[Row, Sequence[Any]]]:
         """``(canonical row, raw extra values)`` of the query, streamed (never all at once);
-        ``DecodeError`` names the table and column of a value it cannot convert."""
+        a row with a value it cannot convert is ``Unconverted`` (its ``DecodeError`` names the
+        table and column), its extra values still given."""
         ...

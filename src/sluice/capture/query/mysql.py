@@ -13,10 +13,17 @@ import pymysql
 import pymysql.cursors
 
 from sluice.capture.mysql.describe import describe_table
-from sluice.capture.mysql.seed import _select_expr, execute_select, q, row_parser, table_ref
+from sluice.capture.mysql.seed import (
+    _CONVERT,
+    _select_expr,
+    execute_select,
+    q,
+    row_parser,
+    table_ref,
+)
 from sluice.capture.mysql.url import parse_source_url
-from sluice.capture.query.dialect import Select
-from sluice.errors import SourceConnectionError
+from sluice.capture.query.dialect import Row, Select, Unconverted
+from sluice.errors import DecodeError, SourceConnectionError
 from sluice.schemas import Column, TableSchema
 
 
@@ -73,7 +80,7 @@ class MySQLDialect:
     def before_now(self, schema: TableSchema, column: str, delay_s: float) -> tuple[str, Any]:
         return "(NOW(6) - INTERVAL %s MICROSECOND)", int(delay_s * 1_000_000)
 
-    def rows(self, select: Select) -> Iterator[tuple[list[Any], Sequence[Any]]]:
+    def rows(self, select: Select) -> Iterator[tuple[Row, Sequence[Any]]]:
         schema = select.schema
         extras = [Column(f"_x{i}", "string", True, "text") for i in range(len(select.extra))]
         parse = row_parser((*schema.columns, *extras))
@@ -92,7 +99,56 @@ class MySQLDialect:
                     result.unbuffered_active = False
                     result.connection = None
                     break
-                values = parse(packet._data)
+                try:
+                    values = parse(packet._data)
+                except (ValueError, ArithmeticError, IndexError):
+                    yield _unconverted(schema, packet._data, width)
+                    continue
                 yield values[:width], values[width:]
         finally:
             cur.close()
+
+
+def _unconverted(schema: TableSchema, data: bytes, width: int) -> tuple[Row, list[Any]]:
+    """A row packet the parser refused: why (the first column that does not convert) and
+    its position values (text, as the parser gives them)."""
+    raw = _fields(data)
+    error = DecodeError(f"cannot decode a row of {schema.source}", source=schema.source)
+    for col, value in zip(schema.columns, raw, strict=False):
+        convert = _CONVERT.get(col.kind)
+        try:
+            if value is not None and convert is not None:
+                convert(value)
+            elif value is not None and col.kind not in ("bytes", "geometry"):
+                value.decode()
+        except (ValueError, ArithmeticError) as exc:
+            error = DecodeError(
+                f"cannot decode column {col.name!r} ({col.source_type}) of {schema.source}: "
+                f"{(value or b'')[:40].decode(errors='replace')!r} ({exc})",
+                source=schema.source,
+            )
+            break
+    return Unconverted(error), [None if v is None else v.decode() for v in raw[width:]]
+
+
+def _fields(data: bytes) -> list[bytes | None]:
+    """A text-protocol row packet's values as bytes (None for NULL)."""
+    out: list[bytes | None] = []
+    p = 0
+    while p < len(data):
+        n = data[p]
+        if n == 0xFB:
+            out.append(None)
+            p += 1
+            continue
+        if n < 251:
+            p += 1
+        elif n == 0xFC:
+            n, p = int.from_bytes(data[p + 1 : p + 3], "little"), p + 3
+        elif n == 0xFD:
+            n, p = int.from_bytes(data[p + 1 : p + 4], "little"), p + 4
+        else:
+            n, p = int.from_bytes(data[p + 1 : p + 9], "little"), p + 9
+        out.append(data[p : p + n])
+        p += n
+    return out

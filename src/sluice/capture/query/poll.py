@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from zlib import crc32
 
-from sluice.capture.query.dialect import INT_KINDS, TIME_KINDS, Dialect, Select
+from sluice.capture.query.dialect import INT_KINDS, TIME_KINDS, Dialect, Row, Select, Unconverted
 from sluice.capture.query.options import TableOptions
 from sluice.core import wire
 from sluice.core.event import Op
@@ -34,10 +34,12 @@ _TRUE_TEXT = frozenset({"1", "t", "true", "y", "yes"})
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One page's events (encoded) and the table's position after it."""
+    """One page's events (encoded) and the table's position after it; ``skipped`` says why
+    each row of it that did not convert has no event (the position is past them too)."""
 
     events: list[bytes]
     position: dict[str, Any]
+    skipped: tuple[str, ...] = ()
 
 
 def check_columns(schema: TableSchema, options: TableOptions) -> None:
@@ -118,10 +120,17 @@ class TablePoller:
             if not got:
                 return
             position = dict(self.position)
-            events = [self._event(schema, codec, soft, row, x, position) for row, x in got]
+            events: list[bytes] = []
+            skipped: list[str] = []
+            for row, x in got:
+                if isinstance(row, Unconverted):
+                    self._advance(position, x)
+                    skipped.append(f"{row.error} (the row at {self._where(schema, x)})")
+                else:
+                    events.append(self._event(schema, codec, soft, row, x, position))
             if self.options.mode == "bulk":
                 key = tuple(got[-1][1])
-            yield Page(events, position)
+            yield Page(events, position, tuple(skipped))
             self.position = position
             if len(got) < limit:
                 return
@@ -184,8 +193,8 @@ class TablePoller:
         )
 
     def _whole_timestamps(
-        self, schema: TableSchema, got: list[tuple[list[Any], Sequence[Any]]]
-    ) -> list[tuple[list[Any], Sequence[Any]]]:
+        self, schema: TableSchema, got: list[tuple[Row, Sequence[Any]]]
+    ) -> list[tuple[Row, Sequence[Any]]]:
         """A full page in ``timestamp`` mode, cut before its last timestamp (the next page
         starts after a timestamp, so it must hold all of them); a page of one timestamp is
         read whole."""
@@ -211,17 +220,9 @@ class TablePoller:
         extra: Sequence[Any],
         position: dict[str, Any],
     ) -> bytes:
-        opts = self.options
-        op: Op = "r" if opts.mode == "bulk" else "u"
-        if opts.uses_timestamp:
-            position["ts"] = extra[0]
-        if opts.incrementing_column is not None:
-            inc = extra[-1]
-            if opts.uses_incrementing:
-                position["inc"] = inc
-            if int(inc) > int(position.get("max_inc", -(2**63))):
-                position["max_inc"] = int(inc)
-                op = "c"
+        op: Op = "r" if self.options.mode == "bulk" else "u"
+        if self._advance(position, extra):
+            op = "c"
         before: list[Any] | None = None
         after: list[Any] | None = row
         if soft is not None and _truthy(row[soft]):
@@ -230,6 +231,32 @@ class TablePoller:
         key = codec.key_text(row)
         hashed = crc32(key.encode() if key is not None else payload)
         return wire.encode_event(wire.RawEvent(schema.source, op, schema.version, hashed, payload))
+
+    def _advance(self, position: dict[str, Any], extra: Sequence[Any]) -> bool:
+        """Move ``position`` past a row, by its raw position values; whether the row is new
+        (its incrementing value above any seen before)."""
+        opts = self.options
+        if opts.uses_timestamp:
+            position["ts"] = extra[0]
+        if opts.incrementing_column is None:
+            return False
+        inc = extra[-1]
+        if opts.uses_incrementing:
+            position["inc"] = inc
+        if int(inc) > int(position.get("max_inc", -(2**63))):
+            position["max_inc"] = int(inc)
+            return True
+        return False
+
+    def _where(self, schema: TableSchema, extra: Sequence[Any]) -> str:
+        """A row by its position values (bulk: its key), for a log line."""
+        opts = self.options
+        if opts.mode == "bulk":
+            names = list(schema.primary_key)
+        else:
+            names = [opts.timestamp_columns[0]] if opts.uses_timestamp else []
+            names += [opts.incrementing_column] if opts.incrementing_column else []
+        return ", ".join(f"{n}={str(v)[:40]}" for n, v in zip(names, extra, strict=False))
 
     def _soft_index(self, schema: TableSchema) -> int | None:
         name = self.options.soft_delete_column

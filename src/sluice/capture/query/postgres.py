@@ -22,7 +22,7 @@ from sluice.capture.postgres.seed import (
 from sluice.capture.postgres.setup import connect, parse_pg_url, primary_key
 from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
-from sluice.capture.query.dialect import Select
+from sluice.capture.query.dialect import Row, Select, Unconverted
 from sluice.core.names import split_source
 from sluice.errors import SourceConnectionError, SourceSetupError
 from sluice.schemas import TableSchema
@@ -94,7 +94,7 @@ class PgDialect:
     def before_now(self, schema: TableSchema, column: str, delay_s: float) -> tuple[str, Any]:
         return "(clock_timestamp() - %s::interval)", f"{delay_s:.6f} seconds"
 
-    def rows(self, select: Select) -> Iterator[tuple[list[Any], Sequence[Any]]]:
+    def rows(self, select: Select) -> Iterator[tuple[Row, Sequence[Any]]]:
         schema = select.schema
         oids = self._types[schema.source]
         converters: list[Callable[[str], Any]] = [
@@ -109,11 +109,12 @@ class PgDialect:
             while batch := cur.fetchmany(1000):
                 for raw in batch:
                     values = raw[:width]
+                    row: Row
                     try:
                         row = [
                             None if v is None else c(v)
                             for c, v in zip(converters, values, strict=True)
                         ]
                     except (ValueError, OverflowError):
-                        raise _undecodable(schema, converters, values) from None
+                        row = Unconverted(_undecodable(schema, converters, values))
                     yield row, raw[width:]

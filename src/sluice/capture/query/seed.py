@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.capture.query.dialect import Dialect, Select
+from sluice.capture.query.dialect import Dialect, Select, Unconverted
 from sluice.capture.seeding import ChunkRead, JdbcChunks, KeyRange, keyless, seek_ranges
 from sluice.errors import SourceError, SourceSetupError, first_line
 from sluice.schemas import TableSchema
@@ -75,6 +75,8 @@ class QueryChunkReader:
 def _rows(dialect: Dialect, select: Select) -> Iterator[list[Any]]:
     try:
         for row, _extra in dialect.rows(select):
+            if isinstance(row, Unconverted):  # a seed holds every row or fails
+                raise row.error
             yield row
     except dialect.errors as exc:
         raise SourceError(f"reading {select.schema.source} failed: {first_line(exc)}") from None

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sluice.capture.query.dialect import Select
+from sluice.capture.query.dialect import Row, Select, Unconverted
 from sluice.core.names import split_source
 from sluice.errors import DecodeError, SourceSetupError
 from sluice.schemas import Column, TableSchema
@@ -226,7 +226,7 @@ class SqliteDialect:
         sep = "T" if sample and isinstance(sample[0], str) and "T" in sample[0] else " "
         return "?", stamp.isoformat(sep=sep, timespec="microseconds")
 
-    def rows(self, select: Select) -> Iterator[tuple[list[Any], Sequence[Any]]]:
+    def rows(self, select: Select) -> Iterator[tuple[Row, Sequence[Any]]]:
         schema = select.schema
         converters = self._converters.get(schema.source) or self._describe_converters(schema)
         cols = ", ".join(self.quote(c.name) for c in schema.columns)
@@ -241,10 +241,14 @@ class SqliteDialect:
         try:
             while batch := cursor.fetchmany(1000):
                 for raw in batch:
+                    row: Row
                     try:
                         row = fast(raw)
                     except (ValueError, OverflowError, ArithmeticError, TypeError):
-                        row = _convert(schema, converters, raw[:width])  # names the column
+                        try:
+                            row = _convert(schema, converters, raw[:width])
+                        except DecodeError as exc:  # names the column
+                            row = Unconverted(exc)
                     yield row, raw[width:]
         finally:
             cursor.close()
