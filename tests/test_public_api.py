@@ -28,6 +28,8 @@ def test_public_names() -> None:
         "FileCheckpointStore",
         "JsonConsumer",
         "MemoryCheckpointStore",
+        "RecordConsumer",
+        "RecordWindow",
         "RetryPolicy",
     ]
     assert sluice.relay.__all__ == ["Relay", "RelayConfig"]

@@ -2,7 +2,14 @@
 
 from sluice.client.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
 from sluice.client.client import AsyncClient, Client, ClientConfig, RetryPolicy
-from sluice.client.consumer import BaseConsumer, Consumer, ConsumerFailed, JsonConsumer
+from sluice.client.consumer import (
+    BaseConsumer,
+    Consumer,
+    ConsumerFailed,
+    JsonConsumer,
+    RecordConsumer,
+    RecordWindow,
+)
 
 __all__ = [
     "AsyncClient",
@@ -15,5 +22,7 @@ __all__ = [
     "FileCheckpointStore",
     "JsonConsumer",
     "MemoryCheckpointStore",
+    "RecordConsumer",
+    "RecordWindow",
     "RetryPolicy",
 ]

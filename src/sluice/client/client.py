@@ -15,19 +15,28 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import aiohttp
 
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
-from sluice.client.consumer import Consumer, ConsumerFailed, JsonConsumer
+from sluice.client.consumer import (
+    Consumer,
+    ConsumerFailed,
+    JsonConsumer,
+    RecordConsumer,
+    RecordWindow,
+)
 from sluice.client.transport import RelayConnection, check_relay_url
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import JsonWindow, Window
 from sluice.core.pieces import Piece
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
+
+AnyConsumer = Consumer | JsonConsumer | RecordConsumer
+Delivered = Window | JsonWindow | RecordWindow
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
@@ -94,12 +103,18 @@ class AsyncClient:
     def __init__(
         self,
         config: ClientConfig,
-        consumer: Consumer | JsonConsumer,
+        consumer: AnyConsumer,
         store: CheckpointStore | None = None,
     ) -> None:
         self.config = config
         self.consumer = consumer
-        self._decoder = window_json if isinstance(consumer, JsonConsumer) else decode_window
+        self._decoder: Callable[[bytes, Callable[[str, int], RowCodec]], Delivered]
+        self._decoder = decode_window
+        if isinstance(consumer, JsonConsumer):
+            self._decoder = window_json
+        elif isinstance(consumer, RecordConsumer):
+            self._decoder = _record_window
+        self._pieces = isinstance(consumer, JsonConsumer | RecordConsumer)
         self.store: CheckpointStore = store or MemoryCheckpointStore()
         self.registry = SchemaRegistry()
         self.checkpoint: Checkpoint = Online(0)
@@ -302,7 +317,7 @@ class AsyncClient:
             self.config.sources,
             self.config.partition,
             self.config.poll_timeout_ms,
-            PIECE_BYTES if isinstance(self.consumer, JsonConsumer) else None,
+            PIECE_BYTES if self._pieces else None,
         )
         async with contextlib.aclosing(stream):
             return await self._frames(conn, stream, until_caught_up)
@@ -340,6 +355,9 @@ class AsyncClient:
         if scn <= self.scn:
             return  # a replay we already processed
         window = await self._decode(conn, piece.record)
+        if isinstance(window, RecordWindow):
+            done = self._at(scn) if piece.last else None
+            window = replace(window, first_seq=piece.first_seq, last=piece.last, checkpoint=done)
         try:
             await self._deliver(window)
         except Exception as exc:
@@ -355,7 +373,7 @@ class AsyncClient:
             log.warning("consumer failed on window %d (%r); reading it again", scn, exc)
             await self._sleep(self.config.retry.delay(attempt))
             raise _Again from exc
-        self.events += len(window.lines if isinstance(window, JsonWindow) else window.events)
+        self.events += _count(window)
         if piece.last:
             self._piece_failures = 0
             self.checkpoint = self._at(scn)
@@ -368,6 +386,8 @@ class AsyncClient:
     async def _window(self, conn: RelayConnection, record: bytes, done: Checkpoint) -> None:
         """Deliver one window, retrying it whole; then the checkpoint becomes ``done``."""
         window = await self._decode(conn, record)
+        if isinstance(window, RecordWindow):
+            window = replace(window, checkpoint=done)
         attempt = 0
         while True:
             attempt += 1
@@ -388,11 +408,14 @@ class AsyncClient:
                     return
         self.checkpoint = done
         self.windows += 1
-        self.events += len(window.lines if isinstance(window, JsonWindow) else window.events)
+        self.events += _count(window)
         self._save()
 
-    async def _deliver(self, window: Window | JsonWindow) -> None:
+    async def _deliver(self, window: Delivered) -> None:
         consumer = self.consumer
+        if isinstance(window, RecordWindow):
+            await _call(cast(RecordConsumer, consumer).on_record_window(window))
+            return
         if isinstance(window, JsonWindow):  # the decoder was chosen by the consumer's type
             await _call(cast(JsonConsumer, consumer).on_json_window(window))
             return
@@ -402,7 +425,7 @@ class AsyncClient:
             await _call(consumer.on_event(event))
         await _call(consumer.on_window_end(window))
 
-    async def _decode(self, conn: RelayConnection, record: bytes) -> Window | JsonWindow:
+    async def _decode(self, conn: RelayConnection, record: bytes) -> Delivered:
         try:
             return self._decoder(record, self._codec)
         except SluiceError:
@@ -426,13 +449,31 @@ class AsyncClient:
         self._saved, self._last_save = self.checkpoint, now
 
 
+def _record_window(record: bytes, codec_for: Callable[[str, int], RowCodec]) -> RecordWindow:
+    """The record as it is, once every schema version it uses is known (an unknown one
+    raises, and the client fetches the schemas)."""
+    header = read_window_header(record)
+    for raw in decode_events(record):
+        if raw.op != "t":
+            codec_for(raw.source, raw.schema_version)
+    return RecordWindow(header.scn, header.ts_ms, record, codec_for)
+
+
+def _count(window: Delivered) -> int:
+    if isinstance(window, JsonWindow):
+        return len(window.lines)
+    if isinstance(window, RecordWindow):
+        return read_window_header(window.record).n_events
+    return len(window.events)
+
+
 class Client:
     """The same client for plain threads: ``run()`` blocks; ``stop()`` from any thread."""
 
     def __init__(
         self,
         config: ClientConfig,
-        consumer: Consumer | JsonConsumer,
+        consumer: AnyConsumer,
         store: CheckpointStore | None = None,
     ) -> None:
         self._async = AsyncClient(config, consumer, store)

@@ -13,10 +13,16 @@ Hooks may be plain functions or coroutines (with ``AsyncClient``).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from sluice.core.checkpoint import Checkpoint
 from sluice.core.event import Event, JsonWindow, Window
 from sluice.errors import SluiceError
+
+if TYPE_CHECKING:
+    from sluice.schemas.avro import RowCodec
 
 
 class ConsumerFailed(SluiceError):
@@ -42,6 +48,34 @@ class JsonConsumer(Protocol):
     ``on_rollback(scn)`` is called and the window is delivered again from its first piece."""
 
     def on_json_window(self, window: JsonWindow) -> Any: ...
+    def on_rollback(self, scn: int, error: BaseException) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordWindow:
+    """A window (or a piece of a big one) as its wire record, undecoded: events
+    ``first_seq ..`` of the window; ``last``: its last piece. ``checkpoint`` (on the last
+    piece) is where the consumer stands once this window is done, so a consumer that commits
+    it together with its own writes (a database replica) gets exactly once. ``codec_for``
+    finds every schema version the record uses (the client fetched them)."""
+
+    scn: int
+    ts_ms: int
+    record: bytes
+    codec_for: Callable[[str, int], RowCodec]
+    first_seq: int = 0
+    last: bool = True
+    checkpoint: Checkpoint | None = None
+
+
+@runtime_checkable
+class RecordConsumer(Protocol):
+    """Takes window records as they travel (``sluice sink``): decodes what it needs itself.
+    The invariants of ``JsonConsumer`` hold (big windows in pieces of ``client.PIECE_BYTES``,
+    the same ``scn``, in order; a raise rolls the whole window back and delivers it again
+    from its first piece)."""
+
+    def on_record_window(self, window: RecordWindow) -> Any: ...
     def on_rollback(self, scn: int, error: BaseException) -> Any: ...
 
 
