@@ -56,13 +56,13 @@ class SluiceSettings(BaseSettings):
         try:
             return target(**given)
         except ValidationError as exc:
-            raise ConfigError(_describe(exc)) from None
+            raise ConfigError(describe_errors(exc)) from None
 
 
-def _describe(exc: ValidationError) -> str:
+def describe_errors(exc: ValidationError, env_prefix: str = "SLUICE_") -> str:
     problems = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "configuration"
         flag = "--" + where.replace("_", "-")
-        problems.append(f"{where} ({flag} or SLUICE_{where.upper()}): {err['msg']}")
+        problems.append(f"{where} ({flag} or {env_prefix}{where.upper()}): {err['msg']}")
     return "bad configuration: " + "; ".join(problems)

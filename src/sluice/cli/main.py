@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from sluice.cli import bootstrap, demo, relay, schema, tail
+from sluice.cli import bootstrap, demo, relay, schema, sink, tail
 from sluice.cli.common import apply_password_file
 from sluice.errors import ConfigError, Interrupted, SluiceError
 
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     relay.add_parser(sub)
     tail.add_parser(sub)
+    sink.add_parser(sub)
     schema.add_parser(sub)
     bootstrap.add_parser(sub)
     demo.add_parser(sub)

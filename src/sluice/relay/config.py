@@ -21,6 +21,9 @@ class RelayConfig(SluiceSettings):
     # the TOML file, which then also names the tables.
     table_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     data_dir: Path
+    # ``[[sinks]]`` of the same file are ``sluice sink``'s (sink/config.py); the relay only
+    # lists their names
+    sinks: list[dict[str, Any]] = Field(default_factory=list)
     host: str = "127.0.0.1"
     port: int = Field(default=7070, ge=0, le=65535)
     since_scn: int | None = Field(default=None, ge=0)

@@ -1,0 +1,316 @@
+"""Shaping: window records into the ``Change``s a target takes: column selection, the row
+filter, routing templates, the event format (Sluice JSON, Debezium JSON, Avro) and stable ids.
+
+What each table version needs (selected columns, decoders, the filter's converters) is made
+once per (source, schema version) in ``_TableShape``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sluice.client import RecordWindow
+from sluice.core import wire
+from sluice.core.names import split_source
+from sluice.errors import ConfigError
+from sluice.schemas.avro import RowCodec, TableSchema
+from sluice.schemas.columns import KIND
+from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
+from sluice.schemas.decoder import canonical_envelope
+from sluice.sink.expr import Expression, parse_filter
+from sluice.sink.target import Batch, Change
+
+Format = Literal["json", "debezium", "avro"]
+CONTENT_TYPES = {"json": "application/json", "debezium": "application/json", "avro": "avro/binary"}
+ROUTE_FIELDS = ("source", "db", "table", "op")
+
+
+def check_template(template: str, what: str = "route") -> str:
+    """A routing template may use ``{source}``, ``{db}``, ``{table}``, ``{op}``."""
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        raise ConfigError(f"{what} template {template!r} is malformed: {exc}") from None
+    for name in names:
+        if name not in ROUTE_FIELDS:
+            raise ConfigError(
+                f"{what} template {template!r} uses {{{name}}}; it may use "
+                + ", ".join("{" + f + "}" for f in ROUTE_FIELDS)
+            )
+    return template
+
+
+def origin_of(source_info: Mapping[str, Any]) -> str:
+    """A short, stable name of the physical source (the relay's ``/sources`` block): part of
+    every message id, so two sources' SCNs never collide in one target."""
+    text = json.dumps(dict(source_info), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeSettings:
+    format: Format = "json"
+    debezium: tuple[tuple[str, str], ...] = ()
+    include_columns: tuple[str, ...] = ()  # DB.TABLE.COLUMN, shell-style patterns
+    exclude_columns: tuple[str, ...] = ()
+    filter: str | None = None  # for every source
+    filters: tuple[tuple[str, str], ...] = ()  # (source, expression): that source only
+    route: str = "{source}"
+    origin: str = ""
+    bodies: bool = True  # False: table targets take images, not formatted bodies
+    filtered_as_deletes: bool = False  # table targets: a row leaving the filter is deleted
+    parsed: dict[str, Expression | None] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        check_template(self.route)
+        if self.format == "avro" and (self.include_columns or self.exclude_columns):
+            raise ConfigError(
+                "--format avro sends the relay's Avro payloads as they are, so it cannot drop "
+                "columns: remove --include-column/--exclude-column, or use --format json"
+            )
+        for pattern in (*self.include_columns, *self.exclude_columns):
+            if pattern.count(".") < 2:
+                raise ConfigError(f"column pattern {pattern!r} must be DB.TABLE.COLUMN (* allowed)")
+        self.parsed["*"] = parse_filter(self.filter) if self.filter else None
+        for source, text in self.filters:
+            self.parsed[source] = parse_filter(text)
+
+    def expression(self, source: str) -> Expression | None:
+        return self.parsed.get(source, self.parsed.get("*"))
+
+
+def _selected(schema: TableSchema, settings: ShapeSettings) -> list[int]:
+    """Indexes of the columns kept: included (all when no include pattern names the table),
+    minus excluded; key columns are always kept (targets need them to upsert and delete)."""
+
+    def hit(patterns: tuple[str, ...], column: str) -> bool:
+        name = f"{schema.source}.{column}"
+        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    table_included = [
+        p
+        for p in settings.include_columns
+        if fnmatch.fnmatchcase(schema.source, p.rsplit(".", 1)[0])
+    ]
+    keep = []
+    for i, col in enumerate(schema.columns):
+        if col.name in schema.primary_key:
+            keep.append(i)
+        elif table_included and not hit(tuple(table_included), col.name):
+            continue
+        elif not hit(settings.exclude_columns, col.name):
+            keep.append(i)
+    return keep
+
+
+def _filter_value(kind: str) -> Callable[[Any], Any]:
+    """A canonical value as the filter sees it: the JSON mapping, but decimals stay exact."""
+    if KIND[kind].wire == "decimal" and kind != "uint64":
+        return lambda v: v
+    return KIND[kind].canonical_json()
+
+
+class _TableShape:
+    """One table version: its selected columns, images and filter."""
+
+    def __init__(
+        self, codec: RowCodec, settings: ShapeSettings, debezium: DebeziumWindows | None
+    ) -> None:
+        full = codec.schema
+        self.codec = codec
+        self.keep = _selected(full, settings)
+        self.all_columns = len(self.keep) == len(full.columns)
+        columns = tuple(full.columns[i] for i in self.keep)
+        self.schema = TableSchema(full.source, full.version, columns, full.primary_key)
+        self.images = canonical_envelope(full.columns)
+        self.expression = settings.expression(full.source)
+        self.filter_columns: list[tuple[str, int, Callable[[Any], Any]]] = []
+        if self.expression is not None:
+            index = {col.name: i for i, col in enumerate(full.columns)}
+            self.filter_columns = [
+                (name, index[name], _filter_value(full.columns[index[name]].kind))
+                for name in sorted(self.expression.names)
+                if name in index and index[name] in self.keep
+            ]
+        self.json_values = [KIND[col.kind].canonical_json() for col in columns]
+        self.debezium = debezium
+
+    def project(self, image: list[Any] | None) -> list[Any] | None:
+        if image is None or self.all_columns:
+            return image
+        return [image[i] for i in self.keep]
+
+    def matches(self, image: list[Any] | None, meta: Mapping[str, Any]) -> bool:
+        if self.expression is None:
+            return True
+        if image is None:
+            return False
+        row = {
+            name: None if image[i] is None else convert(image[i])
+            for name, i, convert in self.filter_columns
+        }
+        return self.expression.matches(row, meta)
+
+    def json_row(self, image: list[Any] | None) -> dict[str, Any] | None:
+        if image is None:
+            return None
+        return {
+            col.name: None if value is None else convert(value)
+            for col, convert, value in zip(
+                self.schema.columns, self.json_values, image, strict=True
+            )
+        }
+
+
+class Shaper:
+    """Turns record windows into batches for one target."""
+
+    def __init__(self, settings: ShapeSettings, source_info: Mapping[str, Any]) -> None:
+        self.settings = settings
+        self.filtered = 0  # events the filter dropped (or turned into deletes)
+        self._tables: dict[tuple[str, int], _TableShape] = {}
+        self._routes: dict[tuple[str, str], str] = {}
+        self._debezium: DebeziumWindows | None = None
+        if settings.format == "debezium" and settings.bodies:
+            options = DebeziumOptions.parse(dict(settings.debezium))
+            self._debezium = DebeziumWindows(dict(source_info), options)
+
+    def batch(self, window: RecordWindow) -> Batch:
+        changes = []
+        for i, raw in enumerate(wire.decode_events(window.record)):
+            change = self._change(window, window.first_seq + i, raw)
+            if change is not None:
+                changes.append(change)
+        return Batch(
+            window.scn,
+            window.ts_ms,
+            tuple(changes),
+            first=window.first_seq == 0,
+            last=window.last,
+            checkpoint=window.checkpoint,
+        )
+
+    def route(self, source: str, op: str) -> str:
+        route = self._routes.get((source, op))
+        if route is None:
+            db, table = split_source(source)
+            route = self.settings.route.format(source=source, db=db, table=table, op=op)
+            self._routes[(source, op)] = route
+        return route
+
+    def _table(self, window: RecordWindow, source: str, version: int) -> _TableShape:
+        shape = self._tables.get((source, version))
+        if shape is None:
+            codec = window.codec_for(source, version)
+            shape = self._tables[(source, version)] = _TableShape(
+                codec, self.settings, self._debezium
+            )
+        return shape
+
+    def _change(self, window: RecordWindow, index: int, raw: wire.RawEvent) -> Change | None:
+        scn, settings = window.scn, self.settings
+        ident = f"{settings.origin}-{scn}-{index}"
+        if raw.op == "t":  # no rows to filter or select: always passes
+            body = self._truncate_body(window, raw) if settings.bodies else b""
+            return Change(
+                scn, index, raw.source, "t", window.ts_ms, raw.schema_version, None, None,
+                None, None, self.route(raw.source, "t"), ident, body,
+            )  # fmt: skip
+        shape = self._table(window, raw.source, raw.schema_version)
+        before, after = shape.images(raw.payload)
+        op = raw.op
+        if shape.expression is not None:
+            meta = _meta(raw.source, op, scn)
+            if not shape.matches(after if after is not None else before, meta):
+                if not (before is not None and shape.matches(before, meta)):
+                    self.filtered += 1
+                    if not settings.filtered_as_deletes or op == "d":
+                        return None
+                # the row left the filter (or never matched): a table target deletes it
+                if settings.filtered_as_deletes:
+                    op, before, after = "d", before if before is not None else after, None
+        key = shape.codec.payload_key(raw.payload) if shape.schema.primary_key else None
+        before, after = shape.project(before), shape.project(after)
+        body = b""
+        if settings.bodies:
+            body = self._body(window, raw, shape, key, before, after)
+        return Change(
+            scn, index, raw.source, op, window.ts_ms, raw.schema_version, shape.schema, key,
+            before, after, self.route(raw.source, op), ident, body,
+        )  # fmt: skip
+
+    def _body(
+        self,
+        window: RecordWindow,
+        raw: wire.RawEvent,
+        shape: _TableShape,
+        key: str | None,
+        before: list[Any] | None,
+        after: list[Any] | None,
+    ) -> bytes:
+        fmt = self.settings.format
+        if fmt == "avro":
+            return raw.payload
+        if fmt == "debezium":
+            return self._debezium_body(window, raw, shape)
+        if shape.all_columns:  # the relay's own JSON text, straight from Avro
+            key_text, before_text, after_text = shape.codec.decode_text(raw.payload)
+            return _json_line(
+                window.scn, raw, key_text, before_text, after_text, window.ts_ms
+            ).encode()
+        event = {
+            "scn": window.scn,
+            "source": raw.source,
+            "op": raw.op,
+            "key": json.loads(key) if key is not None else None,
+            "before": shape.json_row(before),
+            "after": shape.json_row(after),
+            "ts_ms": window.ts_ms,
+            "schema_version": raw.schema_version,
+        }
+        return json.dumps(event, ensure_ascii=False).encode()
+
+    def _debezium_body(self, window: RecordWindow, raw: wire.RawEvent, shape: _TableShape) -> bytes:
+        assert self._debezium is not None
+        formatter = self._debezium.formatter(raw.source, raw.schema_version, window.codec_for)
+        key, value = formatter.event(raw.op, raw.payload, window.scn, window.ts_ms, None, True)
+        if not shape.all_columns:
+            kept = {col.name for col in shape.schema.columns}
+            body = value.get("payload", value)
+            for side in ("before", "after"):
+                if isinstance(body.get(side), dict):
+                    body[side] = {k: v for k, v in body[side].items() if k in kept}
+        line = {"key": key, "value": value} if self._debezium.options.keys else value
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def _truncate_body(self, window: RecordWindow, raw: wire.RawEvent) -> bytes:
+        fmt = self.settings.format
+        if fmt == "debezium":
+            assert self._debezium is not None
+            formatter = self._debezium.formatter(raw.source, -1, window.codec_for)
+            _, value = formatter.event("t", None, window.scn, window.ts_ms)
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+        if fmt == "avro":
+            return b""
+        return _json_line(window.scn, raw, "null", "null", "null", window.ts_ms).encode()
+
+
+def _meta(source: str, op: str, scn: int) -> dict[str, Any]:
+    db, table = split_source(source)
+    return {"op": op, "source": source, "db": db, "table": table, "scn": scn}
+
+
+def _json_line(scn: int, raw: wire.RawEvent, key: str, before: str, after: str, ts_ms: int) -> str:
+    """Exactly the relay's ``format=json`` line of the event (``schemas.events.json_lines``)."""
+    source = json.dumps(raw.source, ensure_ascii=False)
+    return (
+        f'{{"scn": {scn}, "source": {source}, "op": "{raw.op}", "key": {key}, '
+        f'"before": {before}, "after": {after}, "ts_ms": {ts_ms}, '
+        f'"schema_version": {raw.schema_version}}}'
+    )

@@ -1,0 +1,339 @@
+"""The sink: a client of the relays (failover, bootstrap when behind) whose consumer shapes each
+window and delivers it to one target, retrying a target that is down, forever and visibly.
+
+Where the checkpoint lives: targets that commit it with the window (database replicas) keep it
+(``TargetCheckpoints``); for the others a ``FileCheckpointStore`` in ``checkpoint_dir``, saved
+after each delivered window, and the target's own dedupe (ids) makes replays harmless where it
+can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import aiohttp
+
+from sluice.client import AsyncClient, ClientConfig, FileCheckpointStore, RetryPolicy
+from sluice.client.checkpoints import CheckpointStore
+from sluice.client.consumer import RecordWindow
+from sluice.core.checkpoint import Checkpoint
+from sluice.errors import ConfigError, RelayUnavailable, SluiceError
+from sluice.sink.config import SinkConfig, redact
+from sluice.sink.shape import Shaper, ShapeSettings, check_template, origin_of
+from sluice.sink.target import Target, TargetUnavailable
+from sluice.sink.targets import open_target, route_template, target_kind
+
+log = logging.getLogger(__name__)
+
+
+class SinkFailed(SluiceError):
+    """The target refused a batch for good (not a passing outage): the sink stopped."""
+
+
+class _Stopping(SluiceError):
+    """Stop was asked while a batch waited for its target: the window is not acknowledged."""
+
+
+class TargetCheckpoints:
+    """The client's checkpoint store for targets that keep their checkpoint: loads what the
+    target committed; a save outside a window (phase changes, heartbeats) is written by the
+    sink's next ``flush`` (losing one only means reading filtered windows again)."""
+
+    def __init__(self, loaded: Checkpoint | None) -> None:
+        self.loaded = loaded
+        self.pending: Checkpoint | None = None
+
+    def load(self) -> Checkpoint | None:
+        return self.loaded
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self.pending = checkpoint
+
+
+class Rate:
+    """Events per second over the last ``span_s`` seconds."""
+
+    def __init__(self, span_s: float = 10.0) -> None:
+        self.span_s = span_s
+        self._marks: deque[tuple[float, int]] = deque()
+
+    def add(self, total: int) -> None:
+        now = time.monotonic()
+        self._marks.append((now, total))
+        while len(self._marks) > 2 and now - self._marks[0][0] > self.span_s:
+            self._marks.popleft()
+
+    def per_second(self) -> float:
+        if len(self._marks) < 2:
+            return 0.0
+        (t0, n0), (t1, n1) = self._marks[0], self._marks[-1]
+        return 0.0 if t1 <= t0 else (n1 - n0) / (t1 - t0)
+
+
+class Sink:
+    """``await sink.run()``: follow the relays and deliver until stopped."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        kind = target_kind(config.target_url)  # a bad scheme fails before anything starts
+        self.config = config
+        self.route = check_template(route_template(config))
+        self.target: Target = open_target(config)
+        if self.target.keeps_checkpoint is False and config.checkpoint_dir is None:
+            raise ConfigError(
+                f"a {self.target.kind} target needs --checkpoint-dir: the sink keeps its "
+                "checkpoint there (database targets keep it in a table of their own)"
+            )
+        self.bodies = kind.bodies
+        self.client: AsyncClient | None = None
+        self.shaper: Shaper | None = None
+        self.store: CheckpointStore | None = None
+        self.state = "starting"
+        self.error: str | None = None
+        self.target_error: str | None = None
+        self.target_down_since: float | None = None
+        self.retries = 0
+        self.events = 0
+        self.windows = 0
+        self.last_scn = 0
+        self.last_ts_ms = 0
+        self.relay_max_scn: int | None = None
+        self.rate = Rate()
+        self._stop = asyncio.Event()
+        self._fatal: SluiceError | None = None
+
+    # -- running -------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+        if self.client is not None:
+            self.client.stop()
+
+    async def run(self, *, until_caught_up: bool = False) -> int:
+        """Deliver until stopped (or caught up); returns the checkpoint's SCN."""
+        try:
+            await self._until_up(self.target.start)
+            if self._stop.is_set():
+                return 0
+            source_info = await self._source_info()
+            self.shaper = Shaper(self._shape_settings(source_info), source_info)
+            self.store = await self._checkpoint_store()
+            self.client = AsyncClient(self._client_config(), _Consumer(self), self.store)
+            if self._stop.is_set():
+                return 0
+            self.state = "running"
+            log.info("sink %s: delivering to %s", self.config.name, self.target.describe())
+            scn = await self.client.run(until_caught_up=until_caught_up)
+            await self.flush()
+            if self._fatal is not None:
+                raise self._fatal
+            return scn
+        except SluiceError as exc:
+            self.state, self.error = "failed", str(exc)
+            raise
+        finally:
+            if self.state != "failed":
+                self.state = "stopped"
+            await self.target.stop()
+
+    def _client_config(self) -> ClientConfig:
+        c = self.config
+        return ClientConfig(
+            relays=tuple(c.relays),
+            sources=tuple(c.sources),
+            since_scn=c.since_scn,
+            bootstrap=c.bootstrap,
+            # a failing window is retried here (TargetUnavailable); the client's own retries
+            # are for errors that may pass (a decode needing fresh schemas)
+            retry=RetryPolicy(
+                initial_s=c.retry_initial_s,
+                max_s=c.retry_max_s,
+                max_window_attempts=10,
+                give_up_after_s=c.give_up_after_s,
+            ),
+        )
+
+    def _shape_settings(self, source_info: dict[str, Any]) -> ShapeSettings:
+        c = self.config
+        return ShapeSettings(
+            format=c.format,
+            debezium=tuple(c.debezium_options.items()),
+            include_columns=tuple(c.include_columns),
+            exclude_columns=tuple(c.exclude_columns),
+            filter=c.filter,
+            filters=tuple(c.filters.items()),
+            route=self.route,
+            origin=c.origin or origin_of(source_info),
+            bodies=self.bodies,
+            filtered_as_deletes=not self.bodies,
+        )
+
+    async def _checkpoint_store(self) -> CheckpointStore:
+        if self.target.keeps_checkpoint:
+            return TargetCheckpoints(await self._until_up(self.target.load_checkpoint))
+        assert self.config.checkpoint_dir is not None
+        return FileCheckpointStore(self.config.checkpoint_dir, self.config.name)
+
+    async def _source_info(self) -> dict[str, Any]:
+        """The relay's ``/sources`` block (Debezium's source fields, the message id origin)."""
+        attempt = 0
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+            while True:
+                for relay in self.config.relays:
+                    try:
+                        async with session.get(relay.rstrip("/") + "/sources") as response:
+                            if response.status == 200:
+                                body = await response.json()
+                                return dict(body.get("source") or {})
+                    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                        log.warning("relay %s does not answer (%s); retrying", relay, exc)
+                attempt += 1
+                limit = self.config.give_up_after_s
+                if limit is not None and attempt * self.config.retry_initial_s > limit:
+                    raise RelayUnavailable(f"no relay answered: {', '.join(self.config.relays)}")
+                await self._wait(self._delay(attempt))
+                if self._stop.is_set():
+                    return {}
+
+    # -- delivering ------------------------------------------------------------------------------
+    async def deliver(self, window: RecordWindow) -> None:
+        assert self.shaper is not None
+        batch = self.shaper.batch(window)
+        attempt = 0
+        while True:
+            try:
+                await self.target.deliver(batch)
+                break
+            except TargetUnavailable as exc:
+                attempt += 1
+                await self.target.rollback()
+                if not batch.first:
+                    raise  # a piece of a big window: the client reads it again from its start
+                await self._down(exc, attempt)
+            except SluiceError as exc:
+                await self.target.rollback()
+                self._fail(exc)
+        self._up()
+        if batch.last:
+            self.windows += 1
+            self.last_scn, self.last_ts_ms = batch.scn, batch.ts_ms
+        self.events += len(batch.changes)
+        self.rate.add(self.events)
+        if batch.last and isinstance(self.store, TargetCheckpoints):
+            self.store.pending = None  # committed with the window
+
+    async def flush(self) -> None:
+        """Write a checkpoint saved outside a window (target-kept checkpoints only)."""
+        store = self.store
+        if isinstance(store, TargetCheckpoints) and store.pending is not None:
+            pending = store.pending
+            with contextlib.suppress(TargetUnavailable):
+                await self.target.save_checkpoint(pending)
+                if store.pending == pending:
+                    store.pending = None
+
+    async def _down(self, exc: SluiceError, attempt: int) -> None:
+        self.retries += 1
+        if self.target_down_since is None:
+            self.target_down_since = time.monotonic()
+        self.target_error = str(exc)
+        delay = self._delay(attempt)
+        log.warning(
+            "target %s unavailable (%s); retrying in %.1f s (attempt %d)",
+            self.target.describe(), exc, delay, attempt,
+        )  # fmt: skip
+        await self._wait(delay)
+        if self._stop.is_set():
+            raise _Stopping("stopping")
+
+    def _up(self) -> None:
+        if self.target_down_since is not None:
+            log.warning(
+                "target %s is back after %.1f s",
+                self.target.describe(), time.monotonic() - self.target_down_since,
+            )  # fmt: skip
+        self.target_down_since, self.target_error = None, None
+
+    def _fail(self, exc: SluiceError) -> None:
+        self._fatal = SinkFailed(f"target {self.target.describe()} refused a batch: {exc}")
+        self.error = str(self._fatal)
+        log.error("%s; stopping", self._fatal)
+        self.stop()
+        raise self._fatal
+
+    async def _until_up(self, action: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                result = await action()
+                self._up()
+                return result
+            except TargetUnavailable as exc:
+                attempt += 1
+                await self._down(exc, attempt)
+
+    def _delay(self, attempt: int) -> float:
+        c = self.config
+        return float(min(c.retry_max_s, c.retry_initial_s * 2 ** min(attempt - 1, 30)))
+
+    async def _wait(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    # -- observing -------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        checkpoint = self.client.checkpoint if self.client is not None else None
+        scn = checkpoint.scn if checkpoint is not None else None
+        lag_scn = None
+        if self.relay_max_scn is not None and scn is not None:
+            lag_scn = max(0, self.relay_max_scn - scn)
+        lag_s = 0.0 if lag_scn == 0 else _age_s(self.last_ts_ms)
+        return {
+            "name": self.config.name,
+            "state": self.state,
+            "error": self.error,
+            "target": self.target.describe(),
+            "target_kind": self.target.kind,
+            "delivery": self.target.delivery,
+            "target_up": self.target_down_since is None,
+            "target_error": self.target_error,
+            "target_down_s": None
+            if self.target_down_since is None
+            else round(time.monotonic() - self.target_down_since, 3),
+            "relays": [redact(r) for r in self.config.relays],
+            "bootstrap": self.config.bootstrap,
+            "checkpoint": None if checkpoint is None else type(checkpoint).__name__.lower(),
+            "checkpoint_scn": scn,
+            "relay_max_scn": self.relay_max_scn,
+            "lag_scn": lag_scn,
+            "lag_s": lag_s,
+            "events": self.events,
+            "windows": self.windows,
+            "events_per_s": round(self.rate.per_second(), 1),
+            "filtered_events": self.shaper.filtered if self.shaper is not None else 0,
+            "retries": self.retries,
+            "last_scn": self.last_scn,
+            "target_stats": self.target.stats(),
+        }
+
+
+def _age_s(ts_ms: int) -> float | None:
+    if not ts_ms:
+        return None
+    return round(max(0.0, time.time() - ts_ms / 1000), 3)
+
+
+class _Consumer:
+    """The client's consumer: each record window to the sink."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+
+    async def on_record_window(self, window: RecordWindow) -> None:
+        await self.sink.deliver(window)
+
+    async def on_rollback(self, scn: int, error: BaseException) -> None:
+        await self.sink.target.rollback()

@@ -1,0 +1,280 @@
+"""Each target database's SQL: its type map, quoting, upsert, and which errors mean "down".
+
+The type map (also in the README) takes the source-neutral column kind, so any source reaches
+any engine: MariaDB -> PostgreSQL and PostgreSQL -> MariaDB alike.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sluice.schemas.columns import KIND, Column
+
+Convert = Callable[[Any], Any]
+_EPOCH = dt.datetime(1970, 1, 1)
+_EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def _date(days: int) -> dt.date:
+    return _EPOCH_DATE + dt.timedelta(days=days)
+
+
+def _datetime(micros: int) -> dt.datetime:
+    return _EPOCH + dt.timedelta(microseconds=micros)
+
+
+def _timestamp(micros: int) -> dt.datetime:
+    return _datetime(micros).replace(tzinfo=dt.UTC)
+
+
+def _interval(micros: int) -> dt.timedelta:
+    return dt.timedelta(microseconds=micros)
+
+
+def _json_list(members: list[str]) -> str:
+    return json.dumps(members, ensure_ascii=False)
+
+
+class Engine(ABC):
+    """One SQL dialect. ``param`` is the driver's placeholder."""
+
+    name: str
+    param = "%s"
+    ddl_commits = False  # DDL ends the open transaction (MariaDB)
+
+    @abstractmethod
+    def quote(self, name: str) -> str: ...
+
+    @abstractmethod
+    def column_type(self, col: Column, key_columns: int) -> str:
+        """The DDL type of a column; ``key_columns`` > 0: it is one of that many key columns."""
+
+    @abstractmethod
+    def converter(self, col: Column) -> Convert:
+        """A canonical value (what capture decoded) -> the driver's parameter."""
+
+    def create_table(self, table: str, columns: Sequence[Column], key: Sequence[str]) -> str:
+        defs = [
+            f"{self.quote(c.name)} {self.column_type(c, len(key) if c.name in key else 0)}"
+            + (" NOT NULL" if c.name in key else "")
+            for c in columns
+        ]
+        if key:
+            defs.append(f"PRIMARY KEY ({', '.join(self.quote(k) for k in key)})")
+        return f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(defs)}){self.table_options}"
+
+    table_options = ""
+
+    def add_column(self, table: str, col: Column) -> str:
+        return f"ALTER TABLE {table} ADD COLUMN {self.quote(col.name)} {self.column_type(col, 0)}"
+
+    @abstractmethod
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str: ...
+
+    def delete_sql(self, table: str, key: Sequence[str]) -> str:
+        where = " AND ".join(f"{self.quote(k)} = {self.param}" for k in key)
+        return f"DELETE FROM {table} WHERE {where}"
+
+    def insert_sql(self, table: str, columns: Sequence[str]) -> str:
+        names = ", ".join(self.quote(c) for c in columns)
+        return f"INSERT INTO {table} ({names}) VALUES ({', '.join([self.param] * len(columns))})"
+
+    @abstractmethod
+    def delete_one_sql(self, table: str, columns: Sequence[str], nulls: Sequence[bool]) -> str:
+        """Delete one row equal to an image (a table without a key)."""
+
+    def clear_sql(self, table: str) -> str:
+        return f"DELETE FROM {table}"  # TRUNCATE would commit (MariaDB) or need more rights
+
+
+class Postgres(Engine):
+    name = "postgresql"
+
+    def quote(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def column_type(self, col: Column, key_columns: int) -> str:
+        if col.kind == "decimal":
+            if 1 <= col.precision <= 1000:
+                return f"numeric({col.precision},{col.scale})"
+            return "numeric"
+        return _PG_TYPES[col.kind]
+
+    def converter(self, col: Column) -> Convert:
+        return _PG_CONVERT.get(col.kind, _same)
+
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
+        names = ", ".join(self.quote(c) for c in columns)
+        rest = [c for c in columns if c not in key]
+        action = (
+            "DO UPDATE SET "
+            + ", ".join(f"{self.quote(c)} = EXCLUDED.{self.quote(c)}" for c in rest)
+            if rest
+            else "DO NOTHING"
+        )
+        conflict = ", ".join(self.quote(k) for k in key)
+        return f"INSERT INTO {table} ({names}) VALUES %s ON CONFLICT ({conflict}) {action}"
+
+    def delete_one_sql(self, table: str, columns: Sequence[str], nulls: Sequence[bool]) -> str:
+        where = " AND ".join(
+            f"{self.quote(c)} IS NULL" if null else f"{self.quote(c)} = %s"
+            for c, null in zip(columns, nulls, strict=True)
+        )
+        return f"DELETE FROM {table} WHERE ctid IN (SELECT ctid FROM {table} WHERE {where} LIMIT 1)"
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+_PG_TYPES = {
+    "int": "bigint",
+    "year": "integer",
+    "bit": "numeric(20,0)",
+    "bool": "boolean",
+    "time": "interval",
+    "date": "date",
+    "datetime": "timestamp(6)",
+    "timestamp": "timestamptz",
+    "float": "real",
+    "double": "double precision",
+    "uint64": "numeric(20,0)",
+    "bytes": "bytea",
+    "geometry": "bytea",
+    "string": "text",
+    "enum": "text",
+    "uuid": "text",
+    "inet6": "text",
+    "json": "jsonb",
+    "set": "text[]",
+}
+_PG_CONVERT: dict[str, Convert] = {
+    "bool": bool,
+    "time": _interval,
+    "date": _date,
+    "datetime": _datetime,
+    "timestamp": _timestamp,
+}
+
+
+class MariaDB(Engine):
+    name = "mariadb"
+    ddl_commits = True
+    table_options = " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+    KEY_BYTES = 3072  # InnoDB's limit for one index
+
+    def quote(self, name: str) -> str:
+        return "`" + name.replace("`", "``") + "`"
+
+    def column_type(self, col: Column, key_columns: int) -> str:
+        kind = KIND[col.kind]
+        if col.kind == "decimal":
+            if 1 <= col.precision <= 65 and col.scale <= 30:
+                return f"DECIMAL({col.precision},{col.scale})"
+            return "VARCHAR(1100)" if key_columns else "LONGTEXT"  # exact as text
+        if key_columns and kind.wire in ("string", "strings"):
+            return f"VARCHAR({self.KEY_BYTES // key_columns // 4})"
+        if key_columns and kind.wire == "bytes":
+            return f"VARBINARY({self.KEY_BYTES // key_columns})"
+        return _MARIADB_TYPES[col.kind]
+
+    def converter(self, col: Column) -> Convert:
+        if col.kind == "decimal" and not (1 <= col.precision <= 65 and col.scale <= 30):
+            return str
+        return _MARIADB_CONVERT.get(col.kind, _same)
+
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
+        rest = [c for c in columns if c not in key] or list(key[:1])
+        update = ", ".join(f"{self.quote(c)} = VALUES({self.quote(c)})" for c in rest)
+        return f"{self.insert_sql(table, columns)} ON DUPLICATE KEY UPDATE {update}"
+
+    def delete_one_sql(self, table: str, columns: Sequence[str], nulls: Sequence[bool]) -> str:
+        where = " AND ".join(f"{self.quote(c)} <=> %s" for c in columns)
+        return f"DELETE FROM {table} WHERE {where} LIMIT 1"
+
+
+_MARIADB_TYPES = {
+    "int": "BIGINT",
+    "year": "SMALLINT",
+    "bit": "BIGINT UNSIGNED",
+    "bool": "BOOLEAN",
+    "time": "TIME(6)",
+    "date": "DATE",
+    "datetime": "DATETIME(6)",
+    "timestamp": "DATETIME(6)",  # UTC: TIMESTAMP would convert by the session's time zone
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "uint64": "BIGINT UNSIGNED",
+    "bytes": "LONGBLOB",
+    "geometry": "LONGBLOB",
+    "string": "LONGTEXT",
+    "enum": "LONGTEXT",
+    "uuid": "VARCHAR(36)",
+    "inet6": "VARCHAR(45)",
+    "json": "LONGTEXT",
+    "set": "LONGTEXT",
+}
+_MARIADB_CONVERT: dict[str, Convert] = {
+    "time": _interval,
+    "date": _date,
+    "datetime": _datetime,
+    "timestamp": _datetime,
+    "set": _json_list,
+    "uint64": int,
+}
+
+
+class Sqlite(Engine):
+    name = "sqlite"
+    param = "?"
+
+    def quote(self, name: str) -> str:
+        return '"' + name.replace('"', '""') + '"'
+
+    def column_type(self, col: Column, key_columns: int) -> str:
+        return _SQLITE_TYPES.get(KIND[col.kind].json, "TEXT") if col.kind not in (
+            "bytes", "geometry", "decimal", "uint64", "float", "double", "json", "set"
+        ) else _SQLITE_SPECIAL[col.kind]  # fmt: skip
+
+    def converter(self, col: Column) -> Convert:
+        if col.kind in ("bytes", "geometry", "float", "double", "json"):
+            return _same
+        if col.kind == "set":
+            return _json_list
+        if col.kind == "uint64":
+            return str
+        return KIND[col.kind].canonical_json()  # the JSON mapping's text (dates, decimals)
+
+    def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
+        rest = [c for c in columns if c not in key]
+        action = (
+            "DO UPDATE SET "
+            + ", ".join(f"{self.quote(c)} = excluded.{self.quote(c)}" for c in rest)
+            if rest
+            else "DO NOTHING"
+        )
+        conflict = ", ".join(self.quote(k) for k in key)
+        return f"{self.insert_sql(table, columns)} ON CONFLICT ({conflict}) {action}"
+
+    def delete_one_sql(self, table: str, columns: Sequence[str], nulls: Sequence[bool]) -> str:
+        where = " AND ".join(f"{self.quote(c)} IS ?" for c in columns)
+        return (
+            f"DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {where} LIMIT 1)"
+        )
+
+
+_SQLITE_TYPES = {"number": "INTEGER", "bool": "INTEGER", "quoted": "TEXT", "string": "TEXT"}
+_SQLITE_SPECIAL = {
+    "bytes": "BLOB",
+    "geometry": "BLOB",
+    "decimal": "TEXT",
+    "uint64": "TEXT",
+    "float": "REAL",
+    "double": "REAL",
+    "json": "TEXT",
+    "set": "TEXT",
+}

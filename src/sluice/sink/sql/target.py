@@ -1,0 +1,382 @@
+"""``SqlTarget``: applies each window to the replica in one transaction that also writes the
+sink's checkpoint row, so a SIGKILL anywhere repeats or loses nothing.
+
+Tables are made from Sluice's schemas on first sight (``CREATE TABLE IF NOT EXISTS`` with the
+source's key) and grow by ``ADD COLUMN`` when a new schema version brings columns; DDL runs
+before the window's transaction (MariaDB commits on DDL), and is idempotent, so a crash
+between the two only repeats it. A snapshot starting over (a new sink, or one that fell behind
+the bootstrap log) first clears every table the sink has written, in its first window's
+transaction. The driver is blocking: all work runs on one thread of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sluice.core.checkpoint import Checkpoint, Snapshot, decode_checkpoint, encode_checkpoint
+from sluice.errors import ConfigError, SluiceError
+from sluice.schemas.avro import TableSchema
+from sluice.sink.config import SinkConfig
+from sluice.sink.sql.connect import DatabaseUrl, connect, is_down, parse_database_url, refusal
+from sluice.sink.sql.engines import Convert, Postgres, Sqlite
+from sluice.sink.sql.plan import Clear, KeyedChanges, KeylessChange, Step, plan
+from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+CHECKPOINT_TABLE = "sluice_sink_checkpoint"
+PAGE = 1000
+
+
+class _Replay(TargetUnavailable):
+    """DDL was needed inside a big window on an engine where DDL commits: the window is
+    rolled back and read again from its first piece (the DDL is in place by then)."""
+
+
+class SqlTarget:
+    kind = "sql"
+    delivery: Delivery = "exactly-once"
+    keeps_checkpoint = True
+    wants_bodies = False
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.url: DatabaseUrl = parse_database_url(config.target_url)
+        self.engine = self.url.engine
+        self.kind = self.engine.name
+        self.name = config.name
+        self.timeout_s = config.timeout_s
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sink-{self.kind}")
+        self._conn: Any = None
+        self._columns: dict[str, set[str]] = {}  # target table -> its columns (seen or made)
+        self._converters: dict[tuple[str, int], tuple[list[str], list[Convert]]] = {}
+        self._committed: Checkpoint | None = None
+        self._written: set[str] = set()  # tables this sink has written (cleared on re-snapshot)
+        self._in_window = False
+        self.statements = 0
+        self.rows = 0
+        self.ddl = 0
+        self.reconnects = 0
+
+    def describe(self) -> str:
+        return self.url.describe()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "statements": self.statements,
+            "rows": self.rows,
+            "ddl": self.ddl,
+            "reconnects": self.reconnects,
+            "tables": sorted(self._written),
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._run(self._connect)
+
+    async def stop(self) -> None:
+        await self._run(self._close)
+        self._thread.shutdown(wait=True)
+
+    async def load_checkpoint(self) -> Checkpoint | None:
+        return await self._run(self._load)
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        if self._in_window:
+            return  # the window's commit writes the newest checkpoint anyway
+
+        def save() -> None:
+            conn = self._connection()
+            self._begin(conn)
+            self._write_checkpoint(conn.cursor(), checkpoint)
+            conn.commit()
+            self._committed = checkpoint
+
+        await self._run(save)
+
+    async def deliver(self, batch: Batch) -> None:
+        await self._run(lambda: self._apply(batch))
+
+    async def rollback(self) -> None:
+        def rollback() -> None:
+            self._in_window = False
+            if self._conn is not None:
+                try:
+                    self._conn.rollback()
+                except Exception:  # a dead connection: drop it, the next call reconnects
+                    self._drop()
+
+        await self._run(rollback)
+
+    async def _run(self, work: Callable[[], T]) -> T:
+        """Run on the target's thread; driver errors become ``TargetUnavailable`` (down:
+        retried) or ``ConfigError`` (refused: the sink stops)."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, work)
+        except SluiceError:
+            raise
+        except Exception as exc:
+            if is_down(exc):
+                self._thread.submit(self._drop)
+                raise TargetUnavailable(refusal(exc, self.url)) from None
+            raise ConfigError(refusal(exc, self.url)) from None
+
+    # -- on the thread -------------------------------------------------------------------------
+    def _connect(self) -> None:
+        if self._conn is not None:
+            return
+        conn = connect(self.url, self.timeout_s)
+        self._conn = conn
+        self.reconnects += 1
+        self._columns.clear()
+        cur = conn.cursor()
+        if isinstance(self.engine, Postgres) and self.url.schema:
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.engine.quote(self.url.schema)}")
+        q = self.engine.quote
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {self._qualified(CHECKPOINT_TABLE)} ("
+            f"{q('name')} VARCHAR(190) NOT NULL PRIMARY KEY, {q('checkpoint')} TEXT NOT NULL, "
+            f"{q('tables')} TEXT NOT NULL)"
+        )
+        conn.commit()
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+    def _drop(self) -> None:
+        try:
+            self._close()
+        except Exception:
+            self._conn = None
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            self._connect()
+        return self._conn
+
+    def _begin(self, conn: Any) -> None:
+        if isinstance(self.engine, Sqlite):
+            conn.execute("BEGIN IMMEDIATE")
+
+    def _load(self) -> Checkpoint | None:
+        cur = self._connection().cursor()
+        p = self.engine.param
+        cur.execute(
+            f"SELECT {self.engine.quote('checkpoint')}, {self.engine.quote('tables')} "
+            f"FROM {self._qualified(CHECKPOINT_TABLE)} WHERE {self.engine.quote('name')} = {p}",
+            (self.name,),
+        )
+        row = cur.fetchone()
+        self._conn.commit()
+        if row is None:
+            return None
+        where = f"the checkpoint row {self.name!r} in {self.describe()}"
+        self._committed = decode_checkpoint(str(row[0]), where=where)
+        self._written = set(json.loads(row[1]))
+        return self._committed
+
+    def _write_checkpoint(self, cur: Any, checkpoint: Checkpoint) -> None:
+        table = self._qualified(CHECKPOINT_TABLE)
+        q, p = self.engine.quote, self.engine.param
+        values = (self.name, encode_checkpoint(checkpoint), json.dumps(sorted(self._written)))
+        cur.execute(f"DELETE FROM {table} WHERE {q('name')} = {p}", (self.name,))
+        cur.execute(
+            f"INSERT INTO {table} ({q('name')}, {q('checkpoint')}, {q('tables')}) "
+            f"VALUES ({p}, {p}, {p})",
+            values,
+        )
+
+    def _apply(self, batch: Batch) -> None:
+        conn = self._connection()
+        table_of = {c.source: self._qualified(c.route) for c in batch.changes}
+        ddl = self._ddl(conn, batch.changes)
+        if ddl:
+            if self._in_window and self.engine.ddl_commits:
+                conn.rollback()
+                self._in_window = False
+                self._run_ddl(conn, ddl)
+                raise _Replay("a schema change inside a big window: reading it again")
+            self._run_ddl(conn, ddl)
+        if not self._in_window:
+            self._begin(conn)
+            self._in_window = True
+        cur = conn.cursor()
+        steps: list[Step] = plan(batch.changes, table_of)
+        if self._snapshot_starts(batch.checkpoint):
+            steps = [Clear(t) for t in sorted(self._written)] + steps
+        for step in steps:
+            self._step(cur, step)
+        self._written.update(table_of.values())
+        if batch.last:
+            if batch.checkpoint is not None:
+                self._write_checkpoint(cur, batch.checkpoint)
+            conn.commit()
+            self._in_window = False
+            if batch.checkpoint is not None:
+                self._committed = batch.checkpoint
+
+    def _snapshot_starts(self, checkpoint: Checkpoint | None) -> bool:
+        if not isinstance(checkpoint, Snapshot):
+            return False
+        done = self._committed
+        return not (isinstance(done, Snapshot) and done.scn == checkpoint.scn)
+
+    # -- statements ---------------------------------------------------------------------------
+    def _step(self, cur: Any, step: Step) -> None:
+        engine = self.engine
+        if isinstance(step, Clear):
+            if step.table in self._columns or self._existing(cur, step.table) is not None:
+                self._execute(cur, engine.clear_sql(step.table), [()])
+            return
+        if isinstance(step, KeylessChange):
+            self._keyless(cur, step)
+            return
+        self._keyed(cur, step)
+
+    def _keyed(self, cur: Any, step: KeyedChanges) -> None:
+        engine = self.engine
+        deletes = step.deletes()
+        if deletes:
+            schema_key = list(step.key)
+            converters = self._key_converters(step)
+            rows = [[c(v) if v is not None else None for c, v in zip(converters, row, strict=True)]
+                    for row in deletes]  # fmt: skip
+            self._execute(cur, engine.delete_sql(step.table, schema_key), rows)
+        for schema, images in step.upserts():
+            names, converters = self._converters_of(schema)
+            rows = [_convert(converters, image) for image in images]
+            sql = engine.upsert_sql(step.table, names, schema.primary_key)
+            if isinstance(engine, Postgres):
+                self._execute_values(cur, sql, rows)
+            else:
+                self._execute(cur, sql, rows)
+
+    def _key_converters(self, step: KeyedChanges) -> list[Convert]:
+        names, converters = self._converters_of(step.schema)
+        return [converters[names.index(k)] for k in step.key]
+
+    def _keyless(self, cur: Any, step: KeylessChange) -> None:
+        names, converters = self._converters_of(step.schema)
+        if step.delete is not None:
+            values = _convert(converters, step.delete)
+            nulls = [v is None for v in values]
+            sql = self.engine.delete_one_sql(step.table, names, nulls)
+            params = values if not isinstance(self.engine, Postgres) else [
+                v for v in values if v is not None
+            ]  # fmt: skip
+            self._execute(cur, sql, [params])
+        if step.insert is not None:
+            sql = self.engine.insert_sql(step.table, names)
+            self._execute(cur, sql, [_convert(converters, step.insert)])
+
+    def _converters_of(self, schema: TableSchema) -> tuple[list[str], list[Convert]]:
+        cached = self._converters.get((schema.source, schema.version))
+        if cached is None:
+            names = [c.name for c in schema.columns]
+            converters = [self.engine.converter(c) for c in schema.columns]
+            cached = self._converters[(schema.source, schema.version)] = (names, converters)
+        return cached
+
+    def _execute(self, cur: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.statements += 1
+        self.rows += len(rows)
+        if len(rows) == 1:
+            cur.execute(sql, rows[0] if rows[0] else None)
+        elif isinstance(self.engine, Postgres):
+            import psycopg2.extras  # noqa: PLC0415
+
+            psycopg2.extras.execute_batch(cur, sql, rows, page_size=PAGE)
+        else:
+            cur.executemany(sql, rows)
+
+    def _execute_values(self, cur: Any, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        import psycopg2.extras  # noqa: PLC0415
+
+        self.statements += 1
+        self.rows += len(rows)
+        psycopg2.extras.execute_values(cur, sql, rows, page_size=PAGE)
+
+    # -- tables ---------------------------------------------------------------------------------
+    def _qualified(self, table: str) -> str:
+        q = self.engine.quote
+        if isinstance(self.engine, Postgres) and self.url.schema:
+            return f"{q(self.url.schema)}.{q(table)}"
+        return q(table)
+
+    def _ddl(self, conn: Any, changes: Sequence[Change]) -> list[tuple[str, str]]:
+        """Statements that make the batch's tables and columns exist: (table, sql)."""
+        needed: list[tuple[str, str]] = []
+        seen: set[tuple[str, int]] = set()
+        for change in changes:
+            schema = change.schema
+            if schema is None or (change.source, schema.version) in seen:
+                continue
+            seen.add((change.source, schema.version))
+            table = self._qualified(change.route)
+            columns = self._columns.get(table)
+            if columns is None:
+                columns = self._existing(conn.cursor(), table)
+            if columns is None:
+                sql = self.engine.create_table(table, schema.columns, schema.primary_key)
+                needed.append((table, sql))
+                self._columns[table] = {c.name for c in schema.columns}
+                continue
+            self._columns[table] = columns
+            for col in schema.columns:
+                if col.name not in columns:
+                    needed.append((table, self.engine.add_column(table, col)))
+                    columns.add(col.name)
+        return needed
+
+    def _run_ddl(self, conn: Any, ddl: list[tuple[str, str]]) -> None:
+        cur = conn.cursor()
+        for table, sql in ddl:
+            log.info("replica %s: %s", self.describe(), sql)
+            try:
+                cur.execute(sql)
+            except Exception:
+                self._columns.pop(table, None)  # look again next time
+                conn.rollback()
+                raise
+            self.ddl += 1
+        conn.commit()
+
+    def _existing(self, cur: Any, table: str) -> set[str] | None:
+        """The table's columns, or None when there is no such table."""
+        name = self._bare(table)
+        if isinstance(self.engine, Sqlite):
+            cur.execute(f"PRAGMA table_info({table})")
+            rows = cur.fetchall()
+        elif isinstance(self.engine, Postgres):
+            cur.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = %s AND table_name = %s",
+                (self.url.schema or "public", name),
+            )
+            rows = [(None, r[0]) for r in cur.fetchall()]
+        else:
+            cur.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = DATABASE() AND table_name = %s",
+                (name,),
+            )
+            rows = [(None, r[0]) for r in cur.fetchall()]
+        return {str(r[1]) for r in rows} if rows else None
+
+    def _bare(self, qualified: str) -> str:
+        """The unquoted table name of a qualified, quoted one."""
+        last = qualified.rsplit(".", 1)[-1] if isinstance(self.engine, Postgres) else qualified
+        quote = last[0]
+        return last[1:-1].replace(quote * 2, quote)
+
+
+def _convert(converters: Sequence[Convert], image: Sequence[Any]) -> list[Any]:
+    return [None if v is None else c(v) for c, v in zip(converters, image, strict=True)]
