@@ -5,10 +5,11 @@ PIP ?= $(PYTHON) -m pip
 .PHONY: setup test lint bench demo interop
 
 # System packages: MariaDB and PostgreSQL (tests start private servers; wal2json is the C
-# decoder the PostgreSQL benchmark measures against), a JRE for Spark, and the MariaDB JDBC
-# driver for Spark jobs that read tables directly. Installed only when missing.
+# decoder the PostgreSQL benchmark measures against), a JRE for Spark, the MariaDB JDBC
+# driver for Spark jobs that read tables directly, and the brokers the sinks write to (tests
+# start private NATS, Redis and RabbitMQ servers). Installed only when missing.
 APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java postgresql \
-	postgresql-15-wal2json
+	postgresql-15-wal2json nats-server redis-server rabbitmq-server
 
 setup:
 	@missing=""; \
@@ -17,6 +18,9 @@ setup:
 	  test -f /usr/share/java/mariadb-java-client.jar || missing="yes"; \
 	  { command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="yes"; \
 	  ls /usr/lib/postgresql/*/lib/wal2json.so >/dev/null 2>&1 || missing="yes"; \
+	  { command -v nats-server >/dev/null 2>&1 || test -x /usr/sbin/nats-server; } || missing="yes"; \
+	  { command -v redis-server >/dev/null 2>&1 || test -x /usr/bin/redis-server; } || missing="yes"; \
+	  { command -v rabbitmq-server >/dev/null 2>&1 || test -x /usr/sbin/rabbitmq-server; } || missing="yes"; \
 	  if [ -n "$$missing" ]; then \
 	    (apt-get update -qq || true) && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \

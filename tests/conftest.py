@@ -1,5 +1,6 @@
 """Session fixtures: one private MariaDB (binlog on) and one private PostgreSQL
-(wal_level=logical) for the whole run.
+(wal_level=logical) for the whole run; private NATS, Redis and RabbitMQ servers for the
+sinks when a test asks for one.
 
 If a server cannot start, the suite fails (never skips): a skipped suite hides a broken install.
 """
@@ -14,6 +15,7 @@ import pymysql
 import pytest
 
 from sluice.testing import PrivateMariaDB
+from sluice.testing.brokers import PrivateNats, PrivateRabbitMQ, PrivateRedis
 from sluice.testing.postgres import PrivatePostgres
 
 _names = itertools.count(1)
@@ -86,3 +88,26 @@ def spark() -> Iterator[Any]:
     register(session)
     yield session
     session.stop()
+
+
+# Private message brokers for the sinks (started only when a test asks; a failed start fails
+# the test with the install command or the server's log). A test may kill() one for a while:
+# it must restart() it before it ends, on the same port with the same data.
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[PrivateNats]:
+    with PrivateNats() as server:  # nats-server -js; raises BrokerNotAvailable
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[PrivateRedis]:
+    with PrivateRedis() as server:  # append-only, fsync always; raises BrokerNotAvailable
+        yield server
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server() -> Iterator[PrivateRabbitMQ]:
+    with PrivateRabbitMQ() as server:  # a private node, ~5 s to start; raises BrokerNotAvailable
+        yield server
