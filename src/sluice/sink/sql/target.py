@@ -289,7 +289,10 @@ class SqlTarget:
         self.statements += 1
         self.rows += len(rows)
         if len(rows) == 1:
-            cur.execute(sql, rows[0] if rows[0] else None)
+            if rows[0]:
+                cur.execute(sql, rows[0])
+            else:
+                cur.execute(sql)
         elif isinstance(self.engine, Postgres):
             import psycopg2.extras  # noqa: PLC0415
 

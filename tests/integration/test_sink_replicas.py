@@ -1,0 +1,247 @@
+"""``sluice sink`` into database replicas (SQLite, PostgreSQL, MariaDB), on real servers: the
+sink SIGKILLed twice in a workload with every kind of change ends with tables equal to the
+source's (exactly once: the checkpoint commits with each window), cross-engine both ways, a
+target that is away for a while loses nothing, and bad targets get one line."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+
+from sluice.testing import PrivateMariaDB, key_text, table_rows
+from sluice.testing.postgres import PrivatePostgres
+from sluice.testing.relays import RelayThread
+from sluice.testing.truth import pg_table_rows
+from tests.integration.sink_support import (
+    SOURCE_TABLES,
+    SinkProcess,
+    run_with_kills,
+    workload,
+)
+from tests.integration.support import (
+    create_database,
+    get_json,
+    relay_config,
+    run_sluice,
+    wait_for,
+)
+
+OUTAGE_S = float(os.environ.get("SLUICE_TEST_OUTAGE_S", "30"))
+_names = itertools.count(1)
+
+
+def _sqlite_rows(path: Path, table: str, key: list[str]) -> dict[str, dict[str, Any]]:
+    conn = sqlite3.connect(path)
+    try:
+        cur = conn.execute(f'SELECT * FROM "{table}"')
+        names = [d[0] for d in cur.description]
+        out = {}
+        for raw in cur.fetchall():
+            row = {
+                n: base64.b64encode(v).decode() if isinstance(v, bytes) else v
+                for n, v in zip(names, raw, strict=True)
+            }
+            out[key_text({k: row[k] for k in key})] = row
+        return out
+    finally:
+        conn.close()
+
+
+class Replica:
+    """A target database of one kind: its URL and its tables' rows as JSON values."""
+
+    def __init__(self, kind: str, tmp: Path, mariadb: PrivateMariaDB, postgres: PrivatePostgres):
+        self.kind, self.tmp, self.mariadb, self.postgres = kind, tmp, mariadb, postgres
+        self.name = f"replica_{kind}_{next(_names)}"
+        if kind == "sqlite":
+            self.url = f"sqlite:///{tmp / 'replica.db'}"  # an absolute path: four slashes
+        elif kind == "postgresql":
+            admin = postgres.connect()
+            admin.autocommit = True
+            with admin.cursor() as cur:
+                cur.execute(f"CREATE DATABASE {self.name}")
+            admin.close()
+            self.url = f"postgresql://postgres@127.0.0.1:{postgres.port}/{self.name}"
+        else:
+            create_database(mariadb, self.name).close()
+            self.url = f"mariadb://root@127.0.0.1:{mariadb.port}/{self.name}"
+
+    def rows(self, table: str, key: list[str]) -> dict[str, dict[str, Any]]:
+        if self.kind == "sqlite":
+            return _sqlite_rows(self.tmp / "replica.db", table, key)
+        if self.kind == "postgresql":
+            conn = self.postgres.connect(self.name)
+            try:
+                rows = pg_table_rows(conn, f"public.{table}")
+            finally:
+                conn.close()
+        else:
+            conn = self.mariadb.connect(self.name)
+            try:
+                rows = table_rows(conn, f"{self.name}.{table}")
+            finally:
+                conn.close()
+        return rows
+
+    def audit(self) -> list[tuple[Any, ...]]:
+        """The keyless table's rows, sorted (duplicates kept)."""
+        sql = "SELECT msg, n FROM audit"
+        if self.kind == "sqlite":
+            conn: Any = sqlite3.connect(self.tmp / "replica.db")
+        elif self.kind == "postgresql":
+            conn = self.postgres.connect(self.name)
+        else:
+            conn = self.mariadb.connect(self.name)
+        try:
+            cur = conn.cursor()
+            cur.execute(sql)
+            return sorted(tuple(r) for r in cur.fetchall())
+        finally:
+            conn.close()
+
+
+def _source_rows(conn: pymysql.Connection[Any], db: str, table: str) -> dict[str, Any]:
+    conn.commit()
+    return table_rows(conn, f"{db}.{table}")
+
+
+def assert_same_tables(conn: pymysql.Connection[Any], db: str, replica: Replica) -> None:
+    for table, key in (("orders", ["id"]), ("items", ["order_id", "line"])):
+        truth, mine = _source_rows(conn, db, table), replica.rows(table, key)
+        assert sorted(mine) == sorted(truth), f"{table}: keys differ"
+        for k, row in truth.items():
+            assert mine[k] == row, f"{table} {k}: replica {mine[k]} != source {row}"
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT msg, n FROM {db}.audit")
+        truth_audit = sorted(tuple(r) for r in cur.fetchall())
+    assert replica.audit() == truth_audit and truth_audit
+
+
+@pytest.fixture
+def shop(mariadb: PrivateMariaDB) -> Iterator[tuple[str, pymysql.Connection[Any]]]:
+    name = f"shop_{next(_names)}"
+    conn = create_database(mariadb, name, *SOURCE_TABLES)
+    yield name, conn
+    conn.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "mariadb"])
+def test_a_replica_equals_the_source_after_two_sigkills(
+    kind: str,
+    mariadb: PrivateMariaDB,
+    postgres: PrivatePostgres,
+    shop: tuple[str, pymysql.Connection[Any]],
+    tmp_path: Path,
+) -> None:
+    db, conn = shop
+    replica = Replica(kind, tmp_path, mariadb, postgres)
+    sources = [f"{db}.orders", f"{db}.items", f"{db}.audit"]
+    with RelayThread(relay_config(mariadb, sources, tmp_path / "relay")) as relay:
+        sink = SinkProcess(
+            ["--to", replica.url, "--relay", relay.url, "--name", "replica"],
+            tmp_path / "sink.log",
+        )
+        try:
+            run_with_kills(conn, sink, 300)
+            max_scn = get_json(relay.url + "/stats")["max_scn"]
+            stats = sink.wait_scn(max_scn)
+            assert stats["delivery"] == "exactly-once" and stats["target_up"]
+            assert_same_tables(conn, db, replica)
+        finally:
+            sink.stop()
+    log = (tmp_path / "sink.log").read_text()
+    assert "ADD COLUMN" in log  # the ALTER reached the replica as a new column
+
+
+def test_a_target_away_for_a_while_loses_nothing(
+    mariadb: PrivateMariaDB, shop: tuple[str, pymysql.Connection[Any]], tmp_path: Path
+) -> None:
+    """SQLite held locked by another writer for OUTAGE_S seconds mid-workload: the sink
+    shows the target down, retries, and ends equal to the source."""
+    db, conn = shop
+    replica = Replica("sqlite", tmp_path, mariadb, None)  # type: ignore[arg-type]
+    sources = [f"{db}.orders", f"{db}.items", f"{db}.audit"]
+    with RelayThread(relay_config(mariadb, sources, tmp_path / "relay")) as relay:
+        sink = SinkProcess(
+            ["--to", replica.url, "--relay", relay.url, "--retry-max", "2"],
+            tmp_path / "sink.log",
+        )
+        sink.start()
+        try:
+            workload(conn, 40)
+            sink.wait_scn(get_json(relay.url + "/stats")["max_scn"])
+            blocker = sqlite3.connect(tmp_path / "replica.db", isolation_level=None)
+            blocker.execute("BEGIN EXCLUSIVE")
+            started = time.monotonic()
+            more = threading.Thread(target=workload, args=(conn, 150, 11), daemon=True)
+            more.start()
+            wait_for(
+                lambda: (s := sink.stats()) and not s["target_up"] and s["retries"] > 0,
+                60,
+                "the sink to show its target down",
+            )
+            health = wait_for(lambda: _status(sink.url + "/healthz") == 503, 10, "healthz 503")
+            assert health
+            wait_for(lambda: time.monotonic() - started >= OUTAGE_S, OUTAGE_S + 5, "outage")
+            blocker.execute("ROLLBACK")
+            blocker.close()
+            more.join(120)
+            stats = sink.wait_scn(get_json(relay.url + "/stats")["max_scn"])
+            assert stats["target_up"] and stats["retries"] > 0
+            metrics = _text(sink.url + "/metrics")
+            assert "sluice_sink_retries_total" in metrics
+            assert_same_tables(conn, db, replica)
+        finally:
+            sink.stop()
+    assert "unavailable" in (tmp_path / "sink.log").read_text()
+
+
+def _status(url: str) -> int:
+    import urllib.error  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+def _text(url: str) -> str:
+    import urllib.request  # noqa: PLC0415
+
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--to", "ftp://x/y"], "unknown target scheme ftp://"),
+        (["--to", "postgresql://127.0.0.1:5432"], "expected postgresql://USER"),
+        (["--to", "sqlite://"], "expected sqlite:///relative/replica.db"),
+        (["--to", "sqlite:///x.db", "--route", "{nope}"], "uses {nope}"),
+        (["--to", "sqlite:///x.db", "--filter", "a ="], "filter"),
+        (["--to", "sqlite:///x.db", "--exclude-column", "orders"], "must be DB.TABLE.COLUMN"),
+        (["--to", "nats://127.0.0.1:4222/S"], "needs --checkpoint-dir"),
+        (["--relay", "http://127.0.0.1:1"], "to"),
+    ],
+)
+def test_bad_targets_and_options_get_one_line_and_exit_2(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    base = ["--relay", "http://127.0.0.1:1"] if "--relay" not in args else []
+    result = run_sluice("sink", *base, *args, "--port", "0")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sluice: error")]
+    assert len(lines) == 1 and message in lines[0], result.stderr
