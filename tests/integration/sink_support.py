@@ -35,12 +35,13 @@ def workload(
     seed: int = 7,
     on_progress: Callable[[int], None] | None = None,
     pace_s: float = 0.0,
+    first_id: int = 1,
 ) -> None:
     """Inserts, updates, deletes, primary-key changes, a TRUNCATE and an ALTER (ADD COLUMN)
     over ``orders``/``items``/``audit``, in ``transactions`` transactions."""
     rng = random.Random(seed)
     cur = conn.cursor()
-    next_id = 1
+    next_id = first_id
     altered = False
     for t in range(transactions):
         if t == transactions // 3:
@@ -48,12 +49,12 @@ def workload(
             conn.commit()
             continue
         if t == transactions // 2 and not altered:
-            cur.execute("ALTER TABLE orders ADD COLUMN priority INT NULL")
+            cur.execute("ALTER TABLE orders ADD COLUMN IF NOT EXISTS priority INT NULL")
             altered = True
             continue
         for _ in range(rng.randint(1, 4)):
             op = rng.random()
-            if op < 0.45 or next_id < 10:
+            if op < 0.45 or next_id < first_id + 10:
                 note = None if rng.random() < 0.3 else f"note {next_id} ü"
                 cur.execute(
                     "INSERT INTO orders (id, status, amount, note, created, data) "
@@ -66,7 +67,7 @@ def workload(
                 )
                 next_id += 1
             elif op < 0.7:
-                victim = rng.randint(1, next_id - 1)
+                victim = rng.randint(first_id, next_id - 1)
                 if altered:
                     cur.execute(
                         "UPDATE orders SET status = 'paid', amount = amount + 1, priority = %s "
@@ -79,9 +80,11 @@ def workload(
                         (victim,),
                     )
             elif op < 0.8:
-                cur.execute("DELETE FROM orders WHERE id = %s", (rng.randint(1, next_id - 1),))
+                cur.execute(
+                    "DELETE FROM orders WHERE id = %s", (rng.randint(first_id, next_id - 1),)
+                )
             elif op < 0.88:  # a primary-key change
-                old = rng.randint(1, next_id - 1)
+                old = rng.randint(first_id, next_id - 1)
                 cur.execute("UPDATE orders SET id = %s WHERE id = %s", (next_id, old))
                 cur.execute("UPDATE items SET line = line + 1 WHERE order_id = %s", (old,))
                 next_id += 1
@@ -99,7 +102,8 @@ def workload(
 class SinkProcess:
     """``sluice sink`` as a child process on a known port (``/stats``)."""
 
-    def __init__(self, args: list[str], log_path: Path) -> None:
+    def __init__(self, args: list[str], log_path: Path, **env: str) -> None:
+        self.env = env
         self.port = free_port()
         self.args = [*args, "--port", str(self.port)]
         self.log_path = log_path
@@ -115,7 +119,7 @@ class SinkProcess:
                 [sys.executable, "-m", "sluice.cli.main", "-v", "sink", *self.args],
                 stdout=log,
                 stderr=log,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                env=dict(os.environ, PYTHONUNBUFFERED="1", **self.env),
             )
         return self
 
@@ -187,8 +191,10 @@ def run_with_kills(
     delivered = 0
     for _ in range(kills):
         wait_for(
-            lambda: (s := sink.stats()) is not None
-            and (s["events"] > 0 or (not thread.is_alive() and s["lag_scn"] == 0)),
+            lambda: (
+                (s := sink.stats()) is not None
+                and (s["events"] > 0 or (not thread.is_alive() and s["lag_scn"] == 0))
+            ),
             120,
             "the sink to deliver some events",
         )

@@ -175,6 +175,7 @@ def test_a_target_away_for_a_while_loses_nothing(
         sink = SinkProcess(
             ["--to", replica.url, "--relay", relay.url, "--retry-max", "2"],
             tmp_path / "sink.log",
+            SLUICE_SINK_TIMEOUT_S="1",  # SQLite's busy wait: the lock shows as down soon
         )
         sink.start()
         try:
@@ -183,7 +184,9 @@ def test_a_target_away_for_a_while_loses_nothing(
             blocker = sqlite3.connect(tmp_path / "replica.db", isolation_level=None)
             blocker.execute("BEGIN EXCLUSIVE")
             started = time.monotonic()
-            more = threading.Thread(target=workload, args=(conn, 150, 11), daemon=True)
+            more = threading.Thread(
+                target=workload, args=(conn, 150, 11, None, 0.01, 100_000), daemon=True
+            )
             more.start()
             wait_for(
                 lambda: (s := sink.stats()) and not s["target_up"] and s["retries"] > 0,

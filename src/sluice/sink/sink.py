@@ -89,6 +89,7 @@ class Sink:
                 "checkpoint there (database targets keep it in a table of their own)"
             )
         self.bodies = kind.bodies
+        self._shape_settings({})  # bad filters, column patterns, formats: fail before starting
         self.client: AsyncClient | None = None
         self.shaper: Shaper | None = None
         self.store: CheckpointStore | None = None
