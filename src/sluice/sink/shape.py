@@ -136,7 +136,7 @@ class _TableShape:
             self.filter_columns = [
                 (name, index[name], _filter_value(full.columns[index[name]].kind))
                 for name in sorted(self.expression.names)
-                if name in index and index[name] in self.keep
+                if name in index  # excluded columns can still be filtered on
             ]
         self.json_values = [KIND[col.kind].canonical_json() for col in columns]
         self.debezium = debezium
