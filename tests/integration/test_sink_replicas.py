@@ -212,8 +212,8 @@ def test_a_target_away_for_a_while_loses_nothing(
 
 
 def _status(url: str) -> int:
-    import urllib.error  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
+    import urllib.error
+    import urllib.request
 
     try:
         with urllib.request.urlopen(url, timeout=10) as resp:
@@ -223,7 +223,7 @@ def _status(url: str) -> int:
 
 
 def _text(url: str) -> str:
-    import urllib.request  # noqa: PLC0415
+    import urllib.request
 
     with urllib.request.urlopen(url, timeout=10) as resp:
         return str(resp.read().decode())
