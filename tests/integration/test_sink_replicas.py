@@ -36,6 +36,7 @@ from tests.integration.support import (
     relay_config,
     run_sluice,
     wait_for,
+    wait_relay_caught_up,
 )
 
 OUTAGE_S = float(os.environ.get("SLUICE_TEST_OUTAGE_S", "30"))
@@ -155,8 +156,7 @@ def test_a_replica_equals_the_source_after_two_sigkills(
         )
         try:
             run_with_kills(conn, sink, 300)
-            max_scn = get_json(relay.url + "/stats")["max_scn"]
-            stats = sink.wait_scn(max_scn)
+            stats = sink.wait_scn(wait_relay_caught_up(relay.url, conn))
             assert stats["delivery"] == "exactly-once" and stats["target_up"]
             assert_same_tables(conn, db, replica)
         finally:
@@ -182,7 +182,7 @@ def test_a_target_away_for_a_while_loses_nothing(
         sink.start()
         try:
             workload(conn, 40)
-            sink.wait_scn(get_json(relay.url + "/stats")["max_scn"])
+            sink.wait_scn(wait_relay_caught_up(relay.url, conn))
             blocker = sqlite3.connect(tmp_path / "replica.db", isolation_level=None)
             blocker.execute("BEGIN EXCLUSIVE")
             started = time.monotonic()
@@ -201,7 +201,7 @@ def test_a_target_away_for_a_while_loses_nothing(
             blocker.execute("ROLLBACK")
             blocker.close()
             more.join(120)
-            stats = sink.wait_scn(get_json(relay.url + "/stats")["max_scn"])
+            stats = sink.wait_scn(wait_relay_caught_up(relay.url, conn))
             assert stats["target_up"] and stats["retries"] > 0
             metrics = _text(sink.url + "/metrics")
             assert "sluice_sink_retries_total" in metrics
@@ -312,3 +312,29 @@ def test_postgresql_to_mariadb(
         want = {k: _normal(v) for k, v in row.items()}
         assert have == want, key
     src.close()
+
+
+def test_a_window_bigger_than_a_piece_is_one_replica_transaction(
+    mariadb: PrivateMariaDB, tmp_path: Path
+) -> None:
+    """A 300,000-row transaction reaches the sink in pieces (the client never holds it
+    whole) and the replica commits it once, with its checkpoint."""
+    name = f"big_{next(_names)}"
+    conn = create_database(mariadb, name, "t (id INT PRIMARY KEY, body VARCHAR(40))")
+    replica = Replica("sqlite", tmp_path, mariadb, None)  # type: ignore[arg-type]
+    with RelayThread(relay_config(mariadb, [f"{name}.t"], tmp_path / "relay")) as relay:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO t SELECT seq, CONCAT('row ', seq) FROM seq_1_to_300000")
+        conn.commit()
+        end = wait_relay_caught_up(relay.url, conn)
+        sink = SinkProcess(["--to", replica.url, "--relay", relay.url], tmp_path / "sink.log")
+        sink.start()
+        try:
+            stats = sink.wait_scn(end, timeout=300)
+        finally:
+            sink.stop()
+    assert stats["windows"] == 1 and stats["events"] == 300_000
+    db = sqlite3.connect(tmp_path / "replica.db")
+    assert db.execute("SELECT count(*), max(body) FROM t").fetchone() == (300_000, "row 99999")
+    db.close()
+    conn.close()

@@ -211,9 +211,12 @@ class Sink:
             except TargetUnavailable as exc:
                 attempt += 1
                 await self.target.rollback()
-                if not batch.first:
-                    raise  # a piece of a big window: the client reads it again from its start
                 await self._down(exc, attempt)
+                if not batch.first:
+                    # a piece of a big window: once the target answers again, the client
+                    # reads the window again from its start (its transaction is gone)
+                    await self._until_up(self.target.start)
+                    raise
             except SluiceError as exc:
                 await self.target.rollback()
                 self._fail(exc)
