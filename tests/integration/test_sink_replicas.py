@@ -32,7 +32,6 @@ from tests.integration.sink_support import (
 )
 from tests.integration.support import (
     create_database,
-    get_json,
     relay_config,
     run_sluice,
     wait_for,
