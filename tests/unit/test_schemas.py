@@ -145,3 +145,15 @@ def test_columns_seen_before_get_their_original_version(tmp_path: Path) -> None:
     assert again.register("db.t", old, ("id",)).version == 1
     assert again.register("db.t", new, ("id",)).version == 2
     assert len(again.versions("db.t")) == 2
+
+
+@given(before=st.none() | row_values, after=st.none() | row_values)
+def test_canonical_values_roundtrip(
+    before: tuple[Any, ...] | None, after: tuple[Any, ...] | None
+) -> None:
+    """The generated canonical decoder (sinks, Debezium) gives back what was encoded."""
+    from sluice.schemas.decoder import canonical_envelope  # noqa: PLC0415
+
+    payload = RowCodec(SCHEMA).encode(before, after)
+    got = canonical_envelope(COLUMNS)(payload)
+    assert got == (None if before is None else list(before), None if after is None else list(after))

@@ -33,16 +33,15 @@ from sluice.client.transport import RelayConnection, check_relay_url
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import JsonWindow, Window
 from sluice.core.pieces import Piece
-from sluice.core.wire import Heartbeat, decode_events, read_window_header
-
-AnyConsumer = Consumer | JsonConsumer | RecordConsumer
-Delivered = Window | JsonWindow | RecordWindow
+from sluice.core.wire import Heartbeat, decode_events, read_window_header, schema_versions
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.events import decode_window, window_json
 
 log = logging.getLogger(__name__)
+AnyConsumer = Consumer | JsonConsumer | RecordConsumer
+Delivered = Window | JsonWindow | RecordWindow
 
 
 # A window bigger than this reaches a JSON consumer in pieces (several ``on_json_window``
@@ -453,9 +452,8 @@ def _record_window(record: bytes, codec_for: Callable[[str, int], RowCodec]) -> 
     """The record as it is, once every schema version it uses is known (an unknown one
     raises, and the client fetches the schemas)."""
     header = read_window_header(record)
-    for raw in decode_events(record):
-        if raw.op != "t":
-            codec_for(raw.source, raw.schema_version)
+    for source, version in schema_versions(record):
+        codec_for(source, version)
     return RecordWindow(header.scn, header.ts_ms, record, codec_for)
 
 

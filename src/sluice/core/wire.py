@@ -202,6 +202,20 @@ def decode_events(window: bytes | memoryview) -> list[RawEvent]:
     return out
 
 
+def schema_versions(window: bytes | memoryview) -> set[tuple[str, int]]:
+    """The (source, schema version) pairs of a window's row events (headers only)."""
+    header = read_window_header(window)
+    seen: set[tuple[bytes, int]] = set()
+    pos = WINDOW_HEADER_SIZE
+    for _ in range(header.n_events):
+        size, _hash, op, src_len, version = EVENT_HEADER.unpack_from(window, pos)
+        if op != TRUNCATE:
+            start = pos + EVENT_HEADER_SIZE
+            seen.add((bytes(window[start : start + src_len]), version))
+        pos += size
+    return {(source.decode(), version) for source, version in seen}
+
+
 @dataclass(frozen=True, slots=True)
 class Filter:
     """Server-side filter: sources (encoded names) and a key partition ``index/count``."""

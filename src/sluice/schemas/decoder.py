@@ -331,58 +331,76 @@ Image = list[Any] | None
 _DOUBLE = struct.Struct("<d")
 
 
-def _canonical_reader(col: Column) -> Callable[[bytes, int], tuple[Any, int]]:
-    """Reads one column's non-null Avro value as its canonical value (what capture encoded)."""
+def _canonical_row(columns: Sequence[Column]) -> Callable[[bytes, int], tuple[list[Any], int]]:
+    """Generated ``row(data, pos) -> ([values], pos)``: one straight-line reader per column
+    (varints of up to three bytes inline), as the JSON decoders are."""
+    env: dict[str, Any] = {"_L": read_long, "_unpack": _DOUBLE.unpack_from, "_set": _set}
+    lines = ["def row(data, pos):"]
+    for i, col in enumerate(columns):
+        body = _canonical_lines(i, col, env)
+        if isinstance(col.avro_type(), list):
+            lines += [
+                f"    if data[pos] == 0: pos += 1; v{i} = None",
+                "    else:",
+                "        pos += 1",
+            ]
+            lines += [f"        {line}" for line in body]
+        else:
+            lines += [f"    {line}" for line in body]
+    lines.append(f"    return [{', '.join(f'v{i}' for i in range(len(columns)))}], pos")
+    run_generated(lines, env, "canonical row decoder")
+    row: Callable[[bytes, int], tuple[list[Any], int]] = env["row"]
+    return row
+
+
+def _canonical_lines(i: int, col: Column, env: dict[str, Any]) -> list[str]:
     kind = KIND[col.kind]
     if kind.wire == "long":
-        return read_long
+        value = f"v{i} = (x >> 1) ^ -(x & 1)"
+        return [
+            "b = data[pos]",
+            f"if b < 128: v{i} = (b >> 1) ^ -(b & 1); pos += 1",
+            "else:",
+            "    c = data[pos + 1]",
+            f"    if c < 128: x = b & 127 | c << 7; pos += 2; {value}",
+            f"    else: v{i}, pos = _L(data, pos)",
+        ]
     if kind.wire == "double":
-        return lambda data, pos: (_DOUBLE.unpack_from(data, pos)[0], pos + 8)
+        return [f"v{i} = _unpack(data, pos)[0]; pos += 8"]
     if kind.wire == "strings":
-        return _set
-    convert: Callable[[bytes], Any] = bytes
+        return [f"v{i}, pos = _set(data, pos)"]
+    read = [
+        "n = data[pos]",
+        "if n < 128: n >>= 1; pos += 1",
+        "else: n, pos = _L(data, pos)",
+        "r = data[pos : pos + n]; pos += n",
+    ]
     if kind.wire == "string":
-        convert = bytes.decode
-    elif kind.wire == "decimal":
-        scale = col.scale if kind.avro is None else 0  # uint64: a decimal of scale 0
+        return [*read, f"v{i} = r.decode()"]
+    if kind.wire == "decimal":
+        env[f"_d{i}"] = _canonical_decimal(col.scale if kind.avro is None else 0)
+        return [*read, f"v{i} = _d{i}(r)"]
+    return [*read, f"v{i} = bytes(r)"]
 
-        def convert(raw: bytes) -> Decimal:
-            return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
 
-    def sized(data: bytes, pos: int) -> tuple[Any, int]:
-        size, pos = read_long(data, pos)
-        return convert(data[pos : pos + size]), pos + size
+def _canonical_decimal(scale: int) -> Callable[[bytes], Decimal]:
+    def convert(raw: bytes) -> Decimal:
+        return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
 
-    return sized
+    return convert
 
 
 def canonical_envelope(columns: Sequence[Column]) -> Callable[[bytes], tuple[Image, Image]]:
     """``payload -> (before, after)`` as canonical values in column order (Debezium's format
-    needs them: the JSON mapping parses JSON columns and loses their text)."""
-    readers = [(isinstance(col.avro_type(), list), _canonical_reader(col)) for col in columns]
-
-    def row(data: bytes, pos: int) -> tuple[list[Any], int]:
-        values: list[Any] = []
-        for union, read in readers:
-            if union:
-                branch, pos = read_long(data, pos)
-                if branch == 0:
-                    values.append(None)
-                    continue
-            value, pos = read(data, pos)
-            values.append(value)
-        return values, pos
+    and sinks need them: the JSON mapping parses JSON columns and loses their text)."""
+    row = _canonical_row(columns)
 
     def envelope(payload: bytes) -> tuple[Image, Image]:
-        images: list[Image] = []
-        pos = 0
-        for _ in range(2):
-            branch, pos = read_long(payload, pos)
-            if branch == 0:
-                images.append(None)
-            else:
-                image, pos = row(payload, pos)
-                images.append(image)
-        return images[0], images[1]
+        if payload[0]:
+            before, pos = row(payload, 1)
+        else:
+            before, pos = None, 1
+        after = row(payload, pos + 1)[0] if payload[pos] else None
+        return before, after
 
     return envelope

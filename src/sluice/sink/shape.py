@@ -235,7 +235,9 @@ class Shaper:
                 # the row left the filter (or never matched): a table target deletes it
                 if settings.filtered_as_deletes:
                     op, before, after = "d", before if before is not None else after, None
-        key = shape.codec.payload_key(raw.payload) if shape.schema.primary_key else None
+        key = None  # table targets key rows by their images
+        if settings.bodies and shape.schema.primary_key:
+            key = shape.codec.payload_key(raw.payload)
         before, after = shape.project(before), shape.project(after)
         body = b""
         if settings.bodies:

@@ -69,9 +69,16 @@ class KeylessChange:
 Step = Clear | KeyedChanges | KeylessChange
 
 
+_KEY_POSITIONS: dict[tuple[str, int, tuple[str, ...]], tuple[int, ...]] = {}
+
+
 def key_values(schema: TableSchema, image: Sequence[Any]) -> list[Any]:
-    index = {col.name: i for i, col in enumerate(schema.columns)}
-    return [image[index[name]] for name in schema.primary_key]
+    where = (schema.source, schema.version, schema.primary_key)
+    positions = _KEY_POSITIONS.get(where)
+    if positions is None:
+        index = {col.name: i for i, col in enumerate(schema.columns)}
+        positions = _KEY_POSITIONS[where] = tuple(index[n] for n in schema.primary_key)
+    return [image[i] for i in positions]
 
 
 def plan(changes: Sequence[Change], table_of: dict[str, str]) -> list[Step]:

