@@ -53,6 +53,10 @@ class SinkConfig(BaseSettings):
     max_attempts: int = Field(default=8, ge=1)  # webhooks: then the dead-letter directory
     dead_letter_dir: Path | None = None
     timeout_s: float = Field(default=30.0, gt=0)  # one request to the target
+    # Database targets commit windows in groups: at most this long after the first held
+    # window, or at this many rows (exactly once either way: the checkpoint commits with them)
+    commit_interval_s: float = Field(default=0.1, ge=0, le=60)
+    commit_rows: int = Field(default=20_000, ge=1)
 
     @field_validator("sources")
     @classmethod

@@ -25,7 +25,7 @@ from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError, RelayUnavailable, SluiceError
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.shape import Shaper, ShapeSettings, check_template, origin_of
-from sluice.sink.target import Target, TargetUnavailable
+from sluice.sink.target import HeldWindowsLost, Target, TargetUnavailable
 from sluice.sink.targets import open_target, route_template, target_kind
 
 log = logging.getLogger(__name__)
@@ -104,8 +104,12 @@ class Sink:
         self.last_ts_ms = 0
         self.relay_max_scn: int | None = None
         self.rate = Rate()
+        self.restarts = 0
         self._stop = asyncio.Event()
         self._fatal: SluiceError | None = None
+        self._restart = False  # held windows were lost: read again from the target's checkpoint
+        self._commit_timer: asyncio.TimerHandle | None = None
+        self._commits: set[asyncio.Task[None]] = set()
 
     # -- running -------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -121,14 +125,14 @@ class Sink:
                 return 0
             source_info = await self._source_info()
             self.shaper = Shaper(self._shape_settings(source_info), source_info)
-            self.store = await self._checkpoint_store()
-            self.client = AsyncClient(self._client_config(), _Consumer(self), self.store)
-            if self._stop.is_set():
-                return 0
-            self.state = "running"
             log.info("sink %s: delivering to %s", self.config.name, self.target.describe())
-            scn = await self.client.run(until_caught_up=until_caught_up)
-            await self.flush()
+            while True:
+                scn = await self._follow(until_caught_up)
+                if not self._restart or self._stop.is_set():
+                    break
+                self._restart = False
+                self.restarts += 1
+                await self._until_up(self.target.start)
             if self._fatal is not None:
                 raise self._fatal
             return scn
@@ -138,7 +142,24 @@ class Sink:
         finally:
             if self.state != "failed":
                 self.state = "stopped"
+            if self._commit_timer is not None:
+                self._commit_timer.cancel()
+            for task in list(self._commits):
+                with contextlib.suppress(BaseException):
+                    await task
             await self.target.stop()
+
+    async def _follow(self, until_caught_up: bool) -> int:
+        """One client from the checkpoint the target (or the file) holds."""
+        self.store = await self._checkpoint_store()
+        self.client = AsyncClient(self._client_config(), _Consumer(self), self.store)
+        if self._stop.is_set():
+            return 0
+        self.state = "running"
+        scn = await self.client.run(until_caught_up=until_caught_up)
+        if not self._restart:
+            await self.flush()
+        return scn
 
     def _client_config(self) -> ClientConfig:
         c = self.config
@@ -208,6 +229,8 @@ class Sink:
             try:
                 await self.target.deliver(batch)
                 break
+            except HeldWindowsLost as exc:
+                self._lost(exc)
             except TargetUnavailable as exc:
                 attempt += 1
                 await self.target.rollback()
@@ -228,11 +251,61 @@ class Sink:
         self.rate.add(self.events)
         if batch.last and isinstance(self.store, TargetCheckpoints):
             self.store.pending = None  # committed with the window
+        if self.target.held and self._commit_timer is None:
+            loop = asyncio.get_running_loop()
+            self._commit_timer = loop.call_later(self.config.commit_interval_s, self._commit_soon)
+
+    def _commit_soon(self) -> None:
+        self._commit_timer = None
+        task = asyncio.create_task(self._commit_held(), name="sink-commit")
+        self._commits.add(task)
+        task.add_done_callback(self._commits.discard)
+
+    async def _commit_held(self) -> None:
+        """Commit windows the target holds once no more came for a while."""
+        try:
+            await self.target.commit()
+        except HeldWindowsLost as exc:
+            with contextlib.suppress(_Stopping):
+                self._lost(exc)
+        except SluiceError as exc:  # the next window meets it again, and says so
+            log.warning("target %s: commit failed (%s)", self.target.describe(), exc)
+        if self.target.held and self._commit_timer is None and not self._restart:
+            loop = asyncio.get_running_loop()
+            self._commit_timer = loop.call_later(self.config.commit_interval_s, self._commit_soon)
+
+    def _lost(self, exc: SluiceError) -> None:
+        """Windows the target held uncommitted are gone with its transaction: stop this
+        client and follow again from the target's committed checkpoint."""
+        self.retries += 1
+        self.target_error = str(exc)
+        if self.target_down_since is None:
+            self.target_down_since = time.monotonic()
+        log.warning(
+            "target %s lost the windows it held uncommitted (%s): reading them again from "
+            "its checkpoint",
+            self.target.describe(), exc,
+        )  # fmt: skip
+        self._restart = True
+        if isinstance(self.store, TargetCheckpoints):
+            self.store.pending = None  # it may name windows that are gone
+        if self.client is not None:
+            self.client.stop()
+        raise _Stopping("reading held windows again")
 
     async def flush(self) -> None:
-        """Write a checkpoint saved outside a window (target-kept checkpoints only)."""
+        """Commit held windows, then write a checkpoint saved outside a window."""
+        if self._restart:
+            return  # what is pending may name windows the target lost
+        if self.target.held:
+            with contextlib.suppress(TargetUnavailable):
+                await self.target.commit()
         store = self.store
-        if isinstance(store, TargetCheckpoints) and store.pending is not None:
+        if (
+            isinstance(store, TargetCheckpoints)
+            and store.pending is not None
+            and not self.target.held
+        ):
             pending = store.pending
             with contextlib.suppress(TargetUnavailable):
                 await self.target.save_checkpoint(pending)
@@ -290,6 +363,9 @@ class Sink:
     # -- observing -------------------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         checkpoint = self.client.checkpoint if self.client is not None else None
+        delivered = checkpoint.scn if checkpoint is not None else None
+        if self.target.keeps_checkpoint:  # what the target committed, not what it holds
+            checkpoint = getattr(self.target, "committed", None)
         scn = checkpoint.scn if checkpoint is not None else None
         lag_scn = None
         if self.relay_max_scn is not None and scn is not None:
@@ -311,6 +387,7 @@ class Sink:
             "bootstrap": self.config.bootstrap,
             "checkpoint": None if checkpoint is None else type(checkpoint).__name__.lower(),
             "checkpoint_scn": scn,
+            "delivered_scn": delivered,
             "relay_max_scn": self.relay_max_scn,
             "lag_scn": lag_scn,
             "lag_s": lag_s,
@@ -319,6 +396,7 @@ class Sink:
             "events_per_s": round(self.rate.per_second(), 1),
             "filtered_events": self.shaper.filtered if self.shaper is not None else 0,
             "retries": self.retries,
+            "restarts": self.restarts,
             "last_scn": self.last_scn,
             "target_stats": self.target.stats(),
         }

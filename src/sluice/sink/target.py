@@ -34,6 +34,11 @@ class TargetUnavailable(SluiceError):
     retriable = True
 
 
+class HeldWindowsLost(TargetUnavailable):
+    """The target lost windows it had taken but not yet committed (``held``): the sink
+    follows again from the checkpoint the target committed."""
+
+
 @dataclass(frozen=True, slots=True)
 class Change:
     """One event, shaped for a target.
@@ -92,12 +97,15 @@ class Target(Protocol):
     delivery: Delivery
     keeps_checkpoint: bool
     wants_bodies: bool  # False: table targets, which take images, not formatted bodies
+    held: int  # windows taken but not yet committed (``commit`` commits them); 0 for most
+    committed: Checkpoint | None  # targets that keep the checkpoint: the one committed
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     async def load_checkpoint(self) -> Checkpoint | None: ...
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None: ...
     async def deliver(self, batch: Batch) -> None: ...
+    async def commit(self) -> None: ...
     async def rollback(self) -> None: ...
     def describe(self) -> str: ...  # the target without secrets, for logs and /stats
     def stats(self) -> dict[str, Any]: ...

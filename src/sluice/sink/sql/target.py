@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -25,7 +26,7 @@ from sluice.sink.config import SinkConfig
 from sluice.sink.sql.connect import DatabaseUrl, connect, is_down, parse_database_url, refusal
 from sluice.sink.sql.engines import Convert, Postgres, Sqlite
 from sluice.sink.sql.plan import Clear, KeyedChanges, KeylessChange, Step, plan
-from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
+from sluice.sink.target import Batch, Change, Delivery, HeldWindowsLost, TargetUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -45,6 +46,8 @@ class SqlTarget:
     wants_bodies = False
 
     def __init__(self, config: SinkConfig) -> None:
+        self.commit_interval_s = config.commit_interval_s
+        self.commit_rows = config.commit_rows
         self.url: DatabaseUrl = parse_database_url(config.target_url)
         self.engine = self.url.engine
         self.kind = self.engine.name
@@ -54,9 +57,15 @@ class SqlTarget:
         self._conn: Any = None
         self._columns: dict[str, set[str]] = {}  # target table -> its columns (seen or made)
         self._converters: dict[tuple[str, int], tuple[list[str], list[Convert]]] = {}
-        self._committed: Checkpoint | None = None
+        self.committed: Checkpoint | None = None
         self._written: set[str] = set()  # tables this sink has written (cleared on re-snapshot)
-        self._in_window = False
+        self._open = False  # a transaction is open
+        self._mid = False  # ... inside a window (after a piece that was not its last)
+        self.held = 0  # windows applied in the open transaction, not yet committed
+        self._held_rows = 0
+        self._held_since = 0.0
+        self._held_checkpoint: Checkpoint | None = None
+        self.commits = 0
         self.statements = 0
         self.rows = 0
         self.ddl = 0
@@ -67,6 +76,8 @@ class SqlTarget:
 
     def stats(self) -> dict[str, Any]:
         return {
+            "commits": self.commits,
+            "held_windows": self.held,
             "statements": self.statements,
             "rows": self.rows,
             "ddl": self.ddl,
@@ -86,24 +97,32 @@ class SqlTarget:
         return await self._run(self._load)
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        if self._in_window:
-            return  # the window's commit writes the newest checkpoint anyway
-
         def save() -> None:
+            if self._open:
+                return  # the open transaction's commit writes a newer checkpoint anyway
             conn = self._connection()
             self._begin(conn)
             self._write_checkpoint(conn.cursor(), checkpoint)
             conn.commit()
-            self._committed = checkpoint
+            self.committed = checkpoint
 
         await self._run(save)
 
     async def deliver(self, batch: Batch) -> None:
         await self._run(lambda: self._apply(batch))
 
+    async def commit(self) -> None:
+        """Commit the windows held in the open transaction (not inside a window)."""
+
+        def commit() -> None:
+            if self._open and not self._mid:
+                self._commit_held(self._connection())
+
+        await self._run(commit)
+
     async def rollback(self) -> None:
         def rollback() -> None:
-            self._in_window = False
+            self._forget()
             if self._conn is not None:
                 try:
                     self._conn.rollback()
@@ -117,13 +136,25 @@ class SqlTarget:
         retried) or ``ConfigError`` (refused: the sink stops)."""
         try:
             return await asyncio.get_running_loop().run_in_executor(self._thread, work)
+        except HeldWindowsLost:
+            raise
         except SluiceError:
+            self._thread.submit(self._forget)
             raise
         except Exception as exc:
+            held = self.held
+            self._thread.submit(self._forget)
             if is_down(exc):
                 self._thread.submit(self._drop)
-                raise TargetUnavailable(refusal(exc, self.url)) from None
+                lost = HeldWindowsLost if held else TargetUnavailable
+                raise lost(refusal(exc, self.url)) from None
             raise ConfigError(refusal(exc, self.url)) from None
+
+    def _forget(self) -> None:
+        """The open transaction is gone (rolled back, or the connection with it)."""
+        self._open = self._mid = False
+        self.held = self._held_rows = 0
+        self._held_checkpoint = None
 
     # -- on the thread -------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -179,9 +210,9 @@ class SqlTarget:
         if row is None:
             return None
         where = f"the checkpoint row {self.name!r} in {self.describe()}"
-        self._committed = decode_checkpoint(str(row[0]), where=where)
+        self.committed = decode_checkpoint(str(row[0]), where=where)
         self._written = set(json.loads(row[1]))
-        return self._committed
+        return self.committed
 
     def _write_checkpoint(self, cur: Any, checkpoint: Checkpoint) -> None:
         table = self._qualified(CHECKPOINT_TABLE)
@@ -199,15 +230,11 @@ class SqlTarget:
         table_of = {c.source: self._qualified(c.route) for c in batch.changes}
         ddl = self._ddl(conn, batch.changes)
         if ddl:
-            if self._in_window and self.engine.ddl_commits:
-                conn.rollback()
-                self._in_window = False
-                self._run_ddl(conn, ddl)
-                raise _Replay("a schema change inside a big window: reading it again")
-            self._run_ddl(conn, ddl)
-        if not self._in_window:
+            self._schema_change(conn, ddl)
+        if not self._open:
             self._begin(conn)
-            self._in_window = True
+            self._open = True
+        self._mid = not batch.last
         cur = conn.cursor()
         steps: list[Step] = plan(batch.changes, table_of)
         if self._snapshot_starts(batch.checkpoint):
@@ -216,17 +243,44 @@ class SqlTarget:
             self._step(cur, step)
         self._written.update(table_of.values())
         if batch.last:
-            if batch.checkpoint is not None:
-                self._write_checkpoint(cur, batch.checkpoint)
-            conn.commit()
-            self._in_window = False
-            if batch.checkpoint is not None:
-                self._committed = batch.checkpoint
+            # Windows are committed in groups (with the newest one's checkpoint): exactly
+            # once all the same, and a commit per window only when they come slowly.
+            if not self.held:
+                self._held_since = time.monotonic()
+            self.held += 1
+            self._held_rows += len(batch.changes)
+            self._held_checkpoint = batch.checkpoint or self._held_checkpoint
+            if (
+                self._held_rows >= self.commit_rows
+                or time.monotonic() - self._held_since >= self.commit_interval_s
+            ):
+                self._commit_held(conn)
+
+    def _commit_held(self, conn: Any) -> None:
+        if self._held_checkpoint is not None:
+            self._write_checkpoint(conn.cursor(), self._held_checkpoint)
+        conn.commit()
+        self.commits += 1
+        if self._held_checkpoint is not None:
+            self.committed = self._held_checkpoint
+        self._forget()
+
+    def _schema_change(self, conn: Any, ddl: list[tuple[str, str]]) -> None:
+        """DDL before the window's statements. Held windows are committed first; inside a
+        big window, an engine whose DDL commits rolls the window back and reads it again."""
+        if self._open and not self._mid:
+            self._commit_held(conn)
+        if self._mid and self.engine.ddl_commits:
+            conn.rollback()
+            self._forget()
+            self._run_ddl(conn, ddl, commit=True)
+            raise _Replay("a schema change inside a big window: reading it again")
+        self._run_ddl(conn, ddl, commit=not self._open)
 
     def _snapshot_starts(self, checkpoint: Checkpoint | None) -> bool:
         if not isinstance(checkpoint, Snapshot):
             return False
-        done = self._committed
+        done = self.committed
         return not (isinstance(done, Snapshot) and done.scn == checkpoint.scn)
 
     # -- statements ---------------------------------------------------------------------------
@@ -339,7 +393,7 @@ class SqlTarget:
                     columns.add(col.name)
         return needed
 
-    def _run_ddl(self, conn: Any, ddl: list[tuple[str, str]]) -> None:
+    def _run_ddl(self, conn: Any, ddl: list[tuple[str, str]], *, commit: bool) -> None:
         cur = conn.cursor()
         for table, sql in ddl:
             log.info("replica %s: %s", self.describe(), sql)
@@ -350,7 +404,8 @@ class SqlTarget:
                 conn.rollback()
                 raise
             self.ddl += 1
-        conn.commit()
+        if commit:
+            conn.commit()
 
     def _existing(self, cur: Any, table: str) -> set[str] | None:
         """The table's columns, or None when there is no such table."""

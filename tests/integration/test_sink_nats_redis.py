@@ -1,0 +1,390 @@
+"""``sluice sink`` to NATS JetStream and Redis Streams, on real servers: the workload with the
+sink SIGKILLed twice, the broker killed for a while, routing templates, a filter, bad URLs.
+
+Both targets are exactly once: what the target holds, deduplicated by nothing but the target
+itself (JetStream's ``Nats-Msg-Id`` window, Redis's rising entry IDs), equals the relay's
+events, in the relay's order on each subject or stream."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import shutil
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import pymysql
+import pytest
+import redis
+
+from sluice.testing import PrivateMariaDB
+from sluice.testing.brokers import PrivateNats, PrivateRedis
+from sluice.testing.relays import RelayThread
+from tests.integration.sink_support import (
+    SOURCE_TABLES,
+    SinkProcess,
+    relay_events,
+    run_with_kills,
+    workload,
+)
+from tests.integration.support import (
+    create_database,
+    get_json,
+    relay_config,
+    run_sluice,
+    wait_for,
+    wait_relay_caught_up,
+)
+
+pytestmark = pytest.mark.timeout(600)
+OUTAGE_S = float(os.environ.get("SLUICE_TEST_OUTAGE_S", "30"))
+TABLES = [t.split(" ", 1)[0] for t in SOURCE_TABLES]
+Event = dict[str, Any]
+_ids = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the sink processes inherit these: back to a target within ~2 s of its return
+    monkeypatch.setenv("SLUICE_SINK_RETRY_INITIAL_S", "0.1")
+    monkeypatch.setenv("SLUICE_SINK_RETRY_MAX_S", "2")
+
+
+@dataclass
+class Shop:
+    """A source database with the sink workload's tables, and a relay on them."""
+
+    name: str
+    conn: pymysql.Connection[Any]
+    relay: RelayThread
+    tmp: Path
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"{self.name}.{t}" for t in TABLES]
+
+    def sink(self, to: str, *args: str) -> SinkProcess:
+        return SinkProcess(
+            ["--to", to, "--relay", self.relay.url, "--checkpoint-dir", str(self.tmp / "ckpt"),
+             "--name", "n", *args],
+            self.tmp / "sink.log",
+        )  # fmt: skip
+
+    def deliver_all(self, to: str, *args: str) -> None:
+        """The sink from its checkpoint until it delivered what the relay holds (exit 0)."""
+        wait_relay_caught_up(self.relay.url, self.conn)
+        result = run_sluice(
+            "sink", "--to", to, "--relay", self.relay.url, "--checkpoint-dir",
+            str(self.tmp / "ckpt"), "--name", "n", "--port", "0", "--until-caught-up", *args,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+
+    def wait_delivered(self, sink: SinkProcess) -> dict[str, Any]:
+        wait_relay_caught_up(self.relay.url, self.conn)
+        stats = sink.wait_scn(int(get_json(self.relay.url + "/stats")["max_scn"]))
+        assert stats["delivery"] == "exactly-once" and stats["target_up"], stats
+        return stats
+
+    def events(self) -> list[Event]:
+        events = relay_events(self.relay.url, self.sources)
+        assert {e["op"] for e in events} == {"c", "u", "d", "t"}
+        return events
+
+
+@pytest.fixture
+def shop(mariadb: PrivateMariaDB, tmp_path: Path) -> Iterator[Shop]:
+    name = f"shop_nr{next(_ids)}"
+    conn = create_database(mariadb, name, *SOURCE_TABLES)
+    sources = [f"{name}.{t}" for t in TABLES]
+    try:
+        with RelayThread(relay_config(mariadb, sources, tmp_path / "relay")) as relay:
+            yield Shop(name, conn, relay, tmp_path)
+    finally:
+        conn.close()
+
+
+# -- reading what the targets hold -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    route: str  # the NATS subject or the Redis stream
+    body: Event
+    meta: dict[str, str]  # NATS headers or the Redis entry's other fields (and its ID)
+
+
+async def _nats_read(url: str, stream: str) -> list[Message]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        js = nc.jetstream()
+        state = (await js.stream_info(stream)).state
+        out = []
+        for seq in range(state.first_seq, state.last_seq + 1):
+            msg = await js.get_msg(stream, seq)
+            out.append(Message(msg.subject or "", json.loads(msg.data or b""), msg.headers or {}))
+        return out
+    finally:
+        await nc.close()
+
+
+async def _nats_delete(url: str, stream: str) -> None:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        await nc.jetstream().delete_stream(stream)
+    except nats.js.errors.NotFoundError:
+        pass
+    finally:
+        await nc.close()
+
+
+def redis_read(url: str, pattern: str = "*") -> list[Message]:
+    """Every entry of every stream, stream by stream."""
+    client = redis.Redis.from_url(url)
+    try:
+        out = []
+        for key in sorted(client.scan_iter(match=pattern)):
+            for entry_id, fields in client.xrange(key):
+                meta = {k.decode(): v.decode() for k, v in fields.items() if k != b"value"}
+                meta["id"] = entry_id.decode()
+                out.append(Message(key.decode(), json.loads(fields[b"value"]), meta))
+        return out
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def stream(nats_server: PrivateNats) -> Iterator[str]:
+    """A JetStream stream name of its own, deleted afterwards (streams' subjects may not
+    overlap, and the server is the session's)."""
+    name = f"SHOP{next(_ids)}"
+    yield name
+    if nats_server.running:
+        asyncio.run(_nats_delete(nats_server.url, name))
+
+
+@pytest.fixture
+def redis_url(redis_server: PrivateRedis) -> Iterator[str]:
+    """A Redis database of its own (the server is the session's)."""
+    db = next(_ids) % 15 + 1
+    url = redis_server.url.rsplit("/", 1)[0] + f"/{db}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    yield url
+
+
+def by_route(messages: list[Message]) -> dict[str, list[Event]]:
+    routes: dict[str, list[Event]] = defaultdict(list)
+    for m in messages:
+        routes[m.route].append(m.body)
+    return dict(routes)
+
+
+def expected_by_route(events: list[Event], route: Callable[[Event], str]) -> dict[str, list[Event]]:
+    routes: dict[str, list[Event]] = defaultdict(list)
+    for e in events:
+        routes[route(e)].append(e)
+    return dict(routes)
+
+
+def assert_nats_exactly_once(messages: list[Message], events: list[Event]) -> None:
+    bodies = [m.body for m in messages]
+    assert len(bodies) == len(events), f"{len(bodies)} messages for {len(events)} events"
+    assert bodies == events  # one stream: the relay's order throughout
+    ids = [m.meta["Nats-Msg-Id"] for m in messages]
+    assert len(set(ids)) == len(ids)
+    for m in messages:
+        assert m.meta["sluice-scn"] == str(m.body["scn"])
+        assert m.meta["sluice-op"] == m.body["op"]
+        assert m.meta["Content-Type"] == "application/json"
+
+
+def assert_redis_exactly_once(messages: list[Message], events: list[Event], prefix: str) -> None:
+    assert len(messages) == len(events), f"{len(messages)} entries for {len(events)} events"
+    assert by_route(messages) == expected_by_route(events, lambda e: prefix + e["source"])
+    for m in messages:
+        assert m.meta["id"].split("-")[0] == m.meta["scn"] == str(m.body["scn"])
+        assert m.meta["op"] == m.body["op"] and m.meta["source"] == m.body["source"]
+        assert (json.loads(m.meta["key"]) if m.meta["key"] else None) == m.body["key"]
+
+
+# -- exactly once through SIGKILLs -----------------------------------------------------------
+
+
+def test_nats_exactly_once_after_two_sigkills(
+    shop: Shop, nats_server: PrivateNats, stream: str
+) -> None:
+    sink = shop.sink(f"{nats_server.url}/{stream}")
+    try:
+        run_with_kills(shop.conn, sink, 300)
+        stats = shop.wait_delivered(sink)
+    finally:
+        sink.stop()
+    messages = asyncio.run(_nats_read(nats_server.url, stream))
+    events = shop.events()
+    assert_nats_exactly_once(messages, events)
+    assert {m.route for m in messages} == {f"sluice.{shop.name}.{t}" for t in TABLES}
+    assert stats["target_stats"]["stream"] == stream
+
+
+def test_redis_exactly_once_after_two_sigkills(shop: Shop, redis_url: str) -> None:
+    sink = shop.sink(redis_url)
+    try:
+        run_with_kills(shop.conn, sink, 300)
+        shop.wait_delivered(sink)
+    finally:
+        sink.stop()
+    assert_redis_exactly_once(redis_read(redis_url), shop.events(), "sluice:")
+
+
+# -- the broker away for a while -------------------------------------------------------------
+
+
+def _outage(shop: Shop, sink: SinkProcess, server: PrivateNats | PrivateRedis) -> None:
+    """The workload with the broker killed a quarter in, for OUTAGE_S seconds."""
+    killed: list[float] = []
+
+    def kill_once(t: int) -> None:
+        if t == 75:
+            sink.wait_events(1)
+            server.kill()
+            killed.append(time.monotonic())
+
+    work = threading.Thread(target=workload, args=(shop.conn, 300, 7, kill_once), daemon=True)
+    sink.start()
+    work.start()
+    try:
+        wait_for(lambda: killed, 120, "the workload to kill the broker")
+        wait_for(
+            lambda: (s := sink.stats()) and not s["target_up"] and s["retries"] > 0,
+            60,
+            "the sink to show its target down",
+        )
+        # the sink must stay up (and down) for the whole outage
+        wait_for(
+            lambda: (s := sink.stats()) and not s["target_up"]
+            and time.monotonic() - killed[0] >= OUTAGE_S,
+            OUTAGE_S + 30,
+            "the outage to last",
+        )  # fmt: skip
+    finally:
+        if not server.running:
+            server.restart()
+    work.join(120)
+    assert not work.is_alive()
+    stats = shop.wait_delivered(sink)
+    assert stats["retries"] > 0 and stats["target_error"] is None
+
+
+def test_nats_away_for_a_while_loses_nothing(
+    shop: Shop, nats_server: PrivateNats, stream: str
+) -> None:
+    sink = shop.sink(f"{nats_server.url}/{stream}")
+    try:
+        _outage(shop, sink, nats_server)
+    finally:
+        sink.stop()
+    assert_nats_exactly_once(asyncio.run(_nats_read(nats_server.url, stream)), shop.events())
+    assert "unavailable" in (shop.tmp / "sink.log").read_text()
+
+
+def test_redis_away_for_a_while_loses_nothing(
+    shop: Shop, redis_server: PrivateRedis, redis_url: str
+) -> None:
+    sink = shop.sink(redis_url)
+    try:
+        _outage(shop, sink, redis_server)
+    finally:
+        sink.stop()
+    assert_redis_exactly_once(redis_read(redis_url), shop.events(), "sluice:")
+    assert "unavailable" in (shop.tmp / "sink.log").read_text()
+
+
+# -- routing and filtering -------------------------------------------------------------------
+
+
+def test_nats_route_template_puts_each_table_on_its_subject(
+    shop: Shop, nats_server: PrivateNats, stream: str
+) -> None:
+    workload(shop.conn, 90)
+    shop.deliver_all(f"{nats_server.url}/{stream}", "--route", "cdc.{table}")
+    messages = asyncio.run(_nats_read(nats_server.url, stream))
+    events = shop.events()
+    assert_nats_exactly_once(messages, events)
+    assert by_route(messages) == expected_by_route(
+        events, lambda e: "cdc." + e["source"].split(".")[1]
+    )
+    assert set(by_route(messages)) == {f"cdc.{t}" for t in TABLES}
+    # without its checkpoint the sink sends everything again: the stream drops it all
+    shutil.rmtree(shop.tmp / "ckpt")
+    shop.deliver_all(f"{nats_server.url}/{stream}", "--route", "cdc.{table}", "--since-scn", "0")
+    assert len(asyncio.run(_nats_read(nats_server.url, stream))) == len(events)
+
+
+def test_redis_stream_template_puts_each_table_on_its_stream(shop: Shop, redis_url: str) -> None:
+    workload(shop.conn, 90)
+    shop.deliver_all(redis_url + "?stream=cdc:{table}&maxlen=100000")
+    messages = redis_read(redis_url)
+    events = shop.events()
+    assert len(messages) == len(events)
+    assert by_route(messages) == expected_by_route(
+        events, lambda e: "cdc:" + e["source"].split(".")[1]
+    )
+    assert set(by_route(messages)) == {f"cdc:{t}" for t in TABLES}
+    # without its checkpoint the sink writes everything again: Redis refuses it all
+    shutil.rmtree(shop.tmp / "ckpt")
+    shop.deliver_all(redis_url + "?stream=cdc:{table}&maxlen=100000", "--since-scn", "0")
+    assert redis_read(redis_url) == messages
+
+
+def _paid(image: Event | None) -> bool:
+    return image is not None and image.get("status") == "paid"
+
+
+def test_redis_filter_passes_matching_rows_and_truncates(shop: Shop, redis_url: str) -> None:
+    workload(shop.conn, 120)
+    shop.deliver_all(redis_url, "--filter", "status = 'paid'")
+    events = [e for e in shop.events() if e["op"] == "t" or _paid(e["before"]) or _paid(e["after"])]
+    assert any(e["op"] == "d" for e in events) and any(e["op"] == "t" for e in events)
+    messages = redis_read(redis_url)
+    assert by_route(messages) == expected_by_route(events, lambda e: "sluice:" + e["source"])
+
+
+# -- bad URLs --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("nats://127.0.0.1:4222", "expected nats://[USER:PASSWORD@]HOST[:PORT]/STREAM"),
+        ("nats://127.0.0.1:4222/", "expected nats://"),
+        ("nats://127.0.0.1:4222/S?subjects=a.>", "unknown parameter 'subjects'"),
+        ("nats://127.0.0.1:99999/S", "not a valid URL"),
+        ("nats://127.0.0.1:4222/a.b", "stream name 'a.b' may not contain"),
+        ("nats://u:secret@127.0.0.1:4222", "u:***@"),
+        ("redis://127.0.0.1:6379/0?maxlen=x", "maxlen must be a positive integer, not 'x'"),
+        ("redis://127.0.0.1:6379/0?maxlen=0", "maxlen must be a positive integer"),
+        ("redis://127.0.0.1:6379/0?streams=x", "unknown parameter 'streams'"),
+        ("redis://127.0.0.1:port/0", "not a valid URL"),
+        ("redis://127.0.0.1:6379/zero", "expected redis://"),
+        ("redis://:secret@127.0.0.1:6379/x", ":***@"),
+    ],
+)
+def test_bad_urls_get_one_line_and_exit_2(url: str, message: str, tmp_path: Path) -> None:
+    result = run_sluice(
+        "sink", "--to", url, "--relay", "http://127.0.0.1:1", "--checkpoint-dir", str(tmp_path),
+        "--port", "0",
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sluice: error"), result.stderr
+    assert message in lines[0], lines[0]
+    assert "secret" not in result.stderr
