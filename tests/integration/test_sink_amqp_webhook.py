@@ -14,6 +14,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -173,17 +174,23 @@ def test_amqp_broker_down_midway(
     with RelayThread(relay_config(mariadb, sources, tmp_path / "relay")) as relay:
         sink = _sink(tmp_path, relay.url, url + "?exchange=shop_amqp_fan").start()
         try:
-            _with_outage(
-                conn, sink, down=rabbitmq_server.kill, up=rabbitmq_server.restart, what="amqp"
-            )
+            up = partial(_restart, rabbitmq_server)
+            _with_outage(conn, sink, down=rabbitmq_server.kill, up=up, what="amqp")
             stats = _caught_up(relay.url, conn, sink)
         finally:
             sink.stop()
             if not rabbitmq_server.running:
-                rabbitmq_server.restart()
+                _restart(rabbitmq_server)
         truth = relay_events(relay.url, sources)
     _check_amqp(url, "shop_amqp_down_all", truth)
     assert stats["retries"] > 0 and stats["target_stats"]["connects"] >= 2
+
+
+def _restart(server: PrivateRabbitMQ) -> None:
+    # Same AMQP port, same data; a fresh Erlang distribution port: the old one may have been
+    # taken meanwhile (an ephemeral port of any connection here: "dist_port_already_used").
+    server.dist_port = 0
+    server.restart()
 
 
 def test_amqp_declares_its_exchange_and_waits_for_a_queue(

@@ -54,7 +54,7 @@ from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
 
 log = logging.getLogger(__name__)
 
-RETRIED_4XX = frozenset({408, 409, 425, 429})  # "try later" answers (documentation only)
+TRY_LATER_4XX = frozenset({408, 409, 425, 429})  # the other 4xx say "never" (tried anyway)
 _DOWN = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
@@ -244,11 +244,13 @@ class WebhookTarget:
                     await response.read()  # so the connection can be reused
                     return None
                 text = (await response.content.read(200)).decode(errors="replace").strip()
-                return f"HTTP {response.status} {response.reason or ''}".strip() + (
-                    f": {text}" if text else ""
-                )
+                failure = f"HTTP {response.status} {response.reason or ''}".strip()
+                if 400 <= response.status < 500 and response.status not in TRY_LATER_4XX:
+                    failure += " (a refusal, tried again all the same)"
+                return failure + (f": {text}" if text else "")
         except _DOWN as exc:
             self.last_status, self.last_error = None, f"cannot connect: {exc}"
+            self.retrying = None  # the sink retries the batch: the target is down
             raise TargetUnavailable(f"webhook {self.describe()}: {self.last_error}") from None
         except TimeoutError:
             self.last_status = None
