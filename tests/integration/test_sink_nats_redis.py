@@ -24,7 +24,13 @@ import nats
 import pymysql
 import pytest
 import redis
+from pydantic import SecretStr
 
+from sluice.core.checkpoint import Online, Snapshot
+from sluice.core.event import Op
+from sluice.sink.config import SinkConfig
+from sluice.sink.target import Batch, Change
+from sluice.sink.targets import open_target
 from sluice.testing import PrivateMariaDB
 from sluice.testing.brokers import PrivateNats, PrivateRedis
 from sluice.testing.relays import RelayThread
@@ -147,7 +153,7 @@ async def _nats_delete(url: str, stream: str) -> None:
 
 def redis_read(url: str, pattern: str = "*") -> list[Message]:
     """Every entry of every stream, stream by stream."""
-    client = redis.Redis.from_url(url)
+    client: Any = redis.Redis.from_url(url)  # its replies: bytes
     try:
         out = []
         for key in sorted(client.scan_iter(match=pattern)):
@@ -325,7 +331,7 @@ def test_nats_route_template_puts_each_table_on_its_subject(
     assert set(by_route(messages)) == {f"cdc.{t}" for t in TABLES}
     # without its checkpoint the sink sends everything again: the stream drops it all
     shutil.rmtree(shop.tmp / "ckpt")
-    shop.deliver_all(f"{nats_server.url}/{stream}", "--route", "cdc.{table}", "--since-scn", "0")
+    shop.deliver_all(f"{nats_server.url}/{stream}", "--route", "cdc.{table}")
     assert len(asyncio.run(_nats_read(nats_server.url, stream))) == len(events)
 
 
@@ -341,7 +347,7 @@ def test_redis_stream_template_puts_each_table_on_its_stream(shop: Shop, redis_u
     assert set(by_route(messages)) == {f"cdc:{t}" for t in TABLES}
     # without its checkpoint the sink writes everything again: Redis refuses it all
     shutil.rmtree(shop.tmp / "ckpt")
-    shop.deliver_all(redis_url + "?stream=cdc:{table}&maxlen=100000", "--since-scn", "0")
+    shop.deliver_all(redis_url + "?stream=cdc:{table}&maxlen=100000")
     assert redis_read(redis_url) == messages
 
 
@@ -356,6 +362,72 @@ def test_redis_filter_passes_matching_rows_and_truncates(shop: Shop, redis_url: 
     assert any(e["op"] == "d" for e in events) and any(e["op"] == "t" for e in events)
     messages = redis_read(redis_url)
     assert by_route(messages) == expected_by_route(events, lambda e: "sluice:" + e["source"])
+
+
+# -- a bootstrap snapshot's windows ---------------------------------------------------------
+
+
+def _snapshot_batches(scn: int, routes: dict[str, str]) -> list[Batch]:
+    """A snapshot's windows as the sink gets them: all at the snapshot's SCN, each counting
+    its rows from 0, the checkpoint naming its source and last row (a row cursor with a
+    generation in its high bits); then a log window after it."""
+    generation = 3 << 48
+    batches = []
+    for source, route in routes.items():
+        for last in (2, 5):
+            changes = tuple(_change(scn, i, source, "r", route, last - 2 + i) for i in range(3))
+            cursor = Snapshot(scn, source, generation | last)
+            batches.append(Batch(scn, 0, changes, checkpoint=cursor))
+    log = tuple(
+        _change(scn + 1, i, source, "u", route, 0)
+        for i, (source, route) in enumerate(routes.items())
+    )
+    return [*batches, Batch(scn + 1, 0, log, checkpoint=Online(scn + 1))]
+
+
+def _change(scn: int, index: int, source: str, op: Op, route: str, row: int) -> Change:
+    body = {"scn": scn, "source": source, "op": op, "key": {"id": row}}
+    return Change(
+        scn, index, source, op, 0, 1, None, json.dumps({"id": row}), None, None, route,
+        f"origin-{scn}-{index}", json.dumps(body).encode(),
+    )  # fmt: skip
+
+
+async def _deliver(url: str, batches: list[Batch], again: list[Batch]) -> dict[str, Any]:
+    target = open_target(SinkConfig(to=SecretStr(url), relays=["http://127.0.0.1:1"]))
+    await target.start()
+    try:
+        for batch in [*batches, *again]:
+            await target.deliver(batch)
+        return target.stats()
+    finally:
+        await target.stop()
+        await target.stop()  # safe twice
+
+
+def _bodies(batches: list[Batch]) -> list[Event]:
+    return [json.loads(c.body) for b in batches for c in b.changes]
+
+
+def test_nats_keeps_every_snapshot_window_once(nats_server: PrivateNats, stream: str) -> None:
+    """A snapshot's windows share their SCN and indexes: their ids must still differ, and a
+    window sent again must still be dropped."""
+    batches = _snapshot_batches(9000, {"db.a": "sluice.db.a", "db.b": "sluice.db.b"})
+    url = f"{nats_server.url}/{stream}"
+    stats = asyncio.run(_deliver(url, batches, [batches[1], batches[-1]]))
+    assert stats["published"] == 14 and stats["duplicates"] == 5
+    messages = asyncio.run(_nats_read(nats_server.url, stream))
+    assert [m.body for m in messages] == _bodies(batches)
+
+
+def test_redis_keeps_every_snapshot_window_once(redis_url: str) -> None:
+    batches = _snapshot_batches(9000, {"db.a": "sluice:db.a", "db.b": "sluice:db.b"})
+    stats = asyncio.run(_deliver(redis_url, batches, [batches[1], batches[-1]]))
+    assert stats["added"] == 14 and stats["duplicates"] == 5
+    messages = redis_read(redis_url)
+    assert by_route(messages) == expected_by_route(
+        _bodies(batches), lambda e: "sluice:" + e["source"]
+    )
 
 
 # -- bad URLs --------------------------------------------------------------------------------

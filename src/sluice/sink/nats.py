@@ -1,30 +1,32 @@
 """``NatsTarget``: NATS JetStream (``nats://``), exactly once within the duplicate window.
 
 ``nats://[USER:PASSWORD@]HOST[:PORT]/STREAM[?subject=TEMPLATE]``: each change is one message
-on the subject its routing template renders (default ``sluice.{db}.{table}``), its body the
-event in the sink's format, its headers the change's ``sluice-*`` metadata, ``Content-Type``
-and ``Nats-Msg-Id`` = the change's stable id. A batch counts as delivered once JetStream
-acknowledged every message (stored, or dropped as a duplicate).
+on the subject its routing template renders (default ``sluice.{db}.{table}``): the event in
+the sink's format, with the change's ``sluice-*`` headers, ``Content-Type``,
+``Nats-Msg-Id`` = its stable id and ``Nats-Expected-Stream`` (a subject another stream takes
+is refused, not stored there). A batch is delivered once JetStream acked every message.
 
-Why exactly once: JetStream drops a message whose ``Nats-Msg-Id`` it stored within the
-stream's duplicate window, so a batch published again (after a failure, a restart or a
-SIGKILL before the sink saved its checkpoint) adds nothing. The sink saves its checkpoint after
-each window, so a replay covers at most the window in flight; it repeats messages only if it
-comes later than the window (a sink down for longer, or a stream made with a shorter one).
+Exactly once: JetStream drops a message whose ``Nats-Msg-Id`` it stored within the stream's
+duplicate window, so a batch sent again (after a failure, a restart, a SIGKILL before the
+checkpoint was saved) adds nothing. The sink saves its checkpoint after each window, so a
+replay is at most the window in flight; it repeats messages only if it comes after the window
+has passed (a sink down longer than that, or a stream with a shorter window). A bootstrap
+snapshot's windows all carry its SCN and count from 0, so their ids add the window's source
+and row cursor.
 
-The stream: looked up at start; a missing one is created (file storage, ``duplicate_window``
-2 minutes, JetStream's default) with the subjects that cover the template's routes: its
-literal leading tokens + ``>`` (``sluice.{db}.{table}`` -> ``sluice.>``). An existing stream is
-used as it is; a route its subjects do not take stops the sink with what to change.
+The stream is looked up at start; a missing one is made (file storage, a 2-minute
+``duplicate_window``, JetStream's default) with subjects covering the template's routes: its
+literal leading tokens + ``>`` (``sluice.{db}.{table}``: ``sluice.>``). An existing stream is
+used as it is; a route it does not take stops the sink, saying what to change.
 
-Publishing: a batch's messages go out on one connection in the batch's order (JetStream stores
-a connection's messages in the order sent), ``PIPELINE`` at a time, their acks matched on an
-inbox of our own (nats-py's ``publish_async`` never settles a publish whose ack is an error).
-A refused publish, a lost connection or a missing ack within ``timeout_s`` is
-``TargetUnavailable``: the sink sends the whole batch again. The client never reconnects by
-itself (the sink's retries do, visibly). One limit: if a publish fails while a later one in
-the same flight is stored (a cluster changing stream leader mid-flight), the retry stores the
-earlier one after it; that is logged and counted (``reordered``).
+Publishing: a batch goes out on one connection in its order (JetStream stores a connection's
+messages in the order sent), ``PIPELINE`` messages at a time, their acks matched on our own
+inbox (nats-py's ``publish_async`` never settles a publish whose ack is an error): ~8x a loop
+awaiting each ``js.publish``. A refused publish, a lost connection or a missing ack within
+``timeout_s`` is ``TargetUnavailable``: the sink sends the batch again. The client never
+reconnects by itself (the sink's retries do, visibly). One limit: should a publish fail while a
+later one of the same flight is stored (a cluster changing stream leader), the retry stores
+the earlier one after it; that is logged and counted (``reordered``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from nats.aio.msg import Msg
 from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
-from sluice.core.checkpoint import Checkpoint
+from sluice.core.checkpoint import Checkpoint, Snapshot
 from sluice.errors import ConfigError
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.shape import CONTENT_TYPES
@@ -55,7 +57,8 @@ log = logging.getLogger(__name__)
 PIPELINE = 1000  # messages in flight whose acks are awaited together
 DUPLICATE_WINDOW_S = 120.0  # of a stream made here (JetStream's default)
 OWN_OPTIONS = ("subject",)
-_BAD_NAME = set(">*. /\\\t\r\n")
+_BAD_NAME = set(">*. /\\\t\r\n")  # in stream names
+_BAD_TOKEN = set("*> \t\r\n")  # in the tokens of a subject we publish to
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,16 +152,11 @@ class NatsTarget:
         return self.url.display
 
     def stats(self) -> dict[str, Any]:
-        return {
-            "stream": self.url.stream,
-            "subjects": list(self._subjects),
-            "published": self.published,
-            "duplicates": self.duplicates,
-            "batches": self.batches,
-            "connects": self.connects,
-            "reordered": self.reordered,
-            "connected": self._nc is not None and self._nc.is_connected,
-        }
+        connected = self._nc is not None and self._nc.is_connected
+        return {"stream": self.url.stream, "subjects": list(self._subjects),
+                "published": self.published, "duplicates": self.duplicates,
+                "batches": self.batches, "connects": self.connects,
+                "reordered": self.reordered, "connected": connected}  # fmt: skip
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -189,18 +187,15 @@ class NatsTarget:
             return self._nc
         await self._drop()
         nc = Client()
-        try:
-            await asyncio.wait_for(self._connect(nc), self.timeout_s)
-            await self._ensure_stream(nc)
-        except Exception as exc:
-            await _close(nc)
-            raise _refusal(exc, f"NATS {self.describe()}") from None
-        self._nc = nc
-        self.connects += 1
-        return nc
+        pending: dict[str, asyncio.Future[dict[str, Any]]] = {}  # this connection's publishes
+        self._pending = pending
 
-    async def _connect(self, nc: Client) -> None:
-        await nc.connect(
+        async def closed() -> None:  # nothing more comes on this connection
+            for future in pending.values():
+                if not future.done():
+                    future.set_result({"error": {"code": 503, "description": "connection lost"}})
+
+        connect = nc.connect(
             self.url.server,
             user=self.url.user,
             password=self.url.password,
@@ -209,10 +204,19 @@ class NatsTarget:
             reconnect_time_wait=0,
             connect_timeout=max(1, int(min(self.timeout_s, 10))),
             error_cb=_quiet,
-            closed_cb=self._on_closed,
+            closed_cb=closed,
         )
-        self._inbox = nc.new_inbox()
-        await nc.subscribe(self._inbox + ".*", cb=self._on_ack)
+        try:
+            await asyncio.wait_for(connect, self.timeout_s)
+            self._inbox = nc.new_inbox()
+            await nc.subscribe(self._inbox + ".*", cb=self._on_ack)
+            await self._ensure_stream(nc)
+        except Exception as exc:
+            await _close(nc)
+            raise _refusal(exc, f"NATS {self.describe()}") from None
+        self._nc = nc
+        self.connects += 1
+        return nc
 
     async def _ensure_stream(self, nc: Client) -> None:
         js = nc.jetstream(timeout=self.timeout_s)
@@ -222,11 +226,9 @@ class NatsTarget:
         except NotFoundError:
             subjects = stream_subjects(self.template)
             config = StreamConfig(
-                name=stream,
-                subjects=subjects,
-                storage=StorageType.FILE,
+                name=stream, subjects=subjects, storage=StorageType.FILE,
                 duplicate_window=DUPLICATE_WINDOW_S,
-            )
+            )  # fmt: skip
             try:
                 info = await js.add_stream(config)
                 log.info("NATS: created stream %s for %s", stream, ", ".join(subjects))
@@ -242,12 +244,6 @@ class NatsTarget:
                 "NATS stream %s drops duplicates within %.0f s only: a replay after that repeats",
                 stream, window,
             )  # fmt: skip
-
-    async def _on_closed(self) -> None:
-        for future in self._pending.values():
-            if not future.done():
-                future.set_result({"error": {"code": 503, "description": "connection closed"}})
-        self._pending.clear()
 
     async def _on_ack(self, msg: Msg) -> None:
         future = self._pending.pop(msg.subject.rsplit(".", 1)[-1], None)
@@ -272,13 +268,17 @@ class NatsTarget:
         for change in batch.changes:
             if change.route not in self._routes:
                 self._check_route(change.route)
+        # a snapshot's windows all carry its SCN and count from 0: their ids name the window
+        snap = batch.checkpoint
+        suffix = (
+            f"-{snap.source}-{snap.row}" if isinstance(snap, Snapshot) and snap.row >= 0 else ""
+        )
         for start in range(0, len(batch.changes), PIPELINE):
-            await self._publish(nc, batch.changes[start : start + PIPELINE])
+            await self._publish(nc, batch.changes[start : start + PIPELINE], suffix)
         self.batches += 1
 
     def _check_route(self, subject: str) -> None:
-        tokens = subject.split(".")
-        if any(not t or "*" in t or ">" in t or _BAD_NAME & set(t) for t in tokens):
+        if any(not t or _BAD_TOKEN & set(t) for t in subject.split(".")):
             raise ConfigError(f"subject {subject!r} (from the route template) is not valid")
         if not any(subject_matches(p, subject) for p in self._subjects):
             raise ConfigError(
@@ -287,21 +287,16 @@ class NatsTarget:
             )
         self._routes.add(subject)
 
-    async def _publish(self, nc: Client, changes: tuple[Change, ...]) -> None:
+    async def _publish(self, nc: Client, changes: tuple[Change, ...], suffix: str) -> None:
         loop = asyncio.get_running_loop()
         tokens = [str(next(self._tokens)) for _ in changes]
         futures = [loop.create_future() for _ in changes]
         self._pending.update(zip(tokens, futures, strict=True))
         try:
             for change, token in zip(changes, tokens, strict=True):
-                if len(change.body) > nc.max_payload:
-                    raise ConfigError(
-                        f"a message of {len(change.body)} bytes (SCN {change.scn}) is larger "
-                        f"than the NATS server's max_payload ({nc.max_payload} bytes)"
-                    )
                 await nc.publish(
                     change.route, change.body, reply=f"{self._inbox}.{token}",
-                    headers=self._headers(change),
+                    headers=self._headers(change, suffix),
                 )  # fmt: skip
             acks = await asyncio.wait_for(asyncio.gather(*futures), self.timeout_s)
         except Exception as exc:
@@ -312,9 +307,9 @@ class NatsTarget:
                 future.cancel()  # no-op for the settled ones
         self._count(changes, acks)
 
-    def _headers(self, change: Change) -> dict[str, str]:
+    def _headers(self, change: Change, suffix: str) -> dict[str, str]:
         headers = change.headers()
-        headers["Nats-Msg-Id"] = change.id
+        headers["Nats-Msg-Id"] = change.id + suffix
         headers["Nats-Expected-Stream"] = self.url.stream
         headers["Content-Type"] = self.content_type
         return headers
@@ -341,8 +336,8 @@ class NatsTarget:
                 "stores that one after them", reordered, change.scn, change.index,
             )  # fmt: skip
         text = (
-            f"NATS stream {self.url.stream} refused subject {change.route!r} (SCN {change.scn}): "
-            f"{error.get('description', error)}"
+            f"NATS stream {self.url.stream} did not store a message on {change.route!r} "
+            f"(SCN {change.scn}): {error.get('description', error)}"
         )
         if error.get("code") == 400:
             raise ConfigError(text)  # a bad request stays bad: wrong stream, too large...
@@ -352,6 +347,8 @@ class NatsTarget:
 def _refusal(exc: Exception, what: str) -> Exception:
     if isinstance(exc, ConfigError | TargetUnavailable):
         return exc
+    if isinstance(exc, nats.errors.MaxPayloadError):
+        return ConfigError(f"{what}: a message is larger than the server's max_payload")
     if isinstance(exc, nats.errors.Error) and "Authorization Violation" in str(exc):
         return ConfigError(f"{what} refused the login: {exc}")
     if isinstance(exc, TimeoutError | nats.errors.TimeoutError):

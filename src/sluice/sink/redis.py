@@ -11,7 +11,11 @@ change's position in its window as the sequence), so IDs rise with the stream, a
 refuses an ``XADD`` whose ID is not above the stream's top ("equal or smaller"): a batch
 written again after a failure, a restart or a SIGKILL adds nothing (each refusal is counted as
 a duplicate). Redis remembers the top even when trimming or ``XDEL`` removed the entry. So a
-stream must be fed by one sink (one origin): another writer's IDs would hide ours.
+stream must be fed by one sink (one origin): another writer's IDs would hide ours. A bootstrap
+snapshot's windows all carry its SCN, each counting from 0: their IDs take the sequence from
+the window's row cursor instead (see ``entry_id``), which rises within a source, so a stream
+that mixes several sources (a template without ``{source}`` or ``{table}``) cannot take a
+snapshot: a later source's rows would be refused as replays.
 
 Order: a later entry of a stream must never be written after an earlier one failed, or the
 earlier one could never be written (its ID would be below the top). So a batch's entries of
@@ -37,7 +41,7 @@ import redis.exceptions as errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from sluice.core.checkpoint import Checkpoint
+from sluice.core.checkpoint import Checkpoint, Snapshot
 from sluice.errors import ConfigError
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
@@ -45,12 +49,15 @@ from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
 log = logging.getLogger(__name__)
 
 OWN_OPTIONS = ("stream", "maxlen")
-FIELDS = 6  # value, key, op, source, scn, schema_version
+# Snapshot rows: the bootstrap's row cursor keeps its row number in its low 48 bits (its
+# GENERATION_SHIFT); windows hold up to 500 rows (12 bits leave room)
+SNAPSHOT_ROW_MASK = (1 << 48) - 1
+SNAPSHOT_INDEX_BITS = 12
 # Errors that pass (the server is busy, loading, full, failing over): the batch is retried.
 PASSING = ("BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
            "NOREPLICAS", "NOSCRIPT", "max number of clients")  # fmt: skip
 
-# KEYS[1]: the stream; ARGV[1]: MAXLEN ('' for none); then per entry its ID and FIELDS values.
+# KEYS[1]: the stream; ARGV[1]: MAXLEN ('' for none); then per entry its ID and 6 values.
 XADD_IN_ORDER = """
 local cmd = {'XADD', KEYS[1]}
 if ARGV[1] ~= '' then cmd = {'XADD', KEYS[1], 'MAXLEN', '~', ARGV[1]} end
@@ -119,11 +126,22 @@ def parse_redis_url(url: str) -> RedisUrl:
     return RedisUrl(host, port, int(db_text), user, password, maxlen, display)
 
 
-def entry_args(changes: Sequence[Change]) -> list[bytes | str]:
+def entry_id(change: Change, snapshot: Snapshot | None) -> str:
+    """``SCN-INDEX``; a snapshot's windows all have its SCN and count from 0 each, so there
+    the sequence is the window's row cursor (rising within a source) and the index."""
+    if snapshot is None or snapshot.row < 0:
+        return f"{change.scn}-{change.index}"
+    if change.index >= 1 << SNAPSHOT_INDEX_BITS:
+        raise ConfigError(f"a snapshot window of more than {1 << SNAPSHOT_INDEX_BITS} rows")
+    row = snapshot.row & SNAPSHOT_ROW_MASK
+    return f"{change.scn}-{row << SNAPSHOT_INDEX_BITS | change.index}"
+
+
+def entry_args(changes: Sequence[Change], snapshot: Snapshot | None) -> list[bytes | str]:
     """The script's arguments for one stream's entries, in order."""
     args: list[bytes | str] = []
     for c in changes:
-        args += [f"{c.scn}-{c.index}", c.body, c.key or "", c.op, c.source, str(c.scn),
+        args += [entry_id(c, snapshot), c.body, c.key or "", c.op, c.source, str(c.scn),
                  str(c.schema_version)]  # fmt: skip
     return args
 
@@ -214,8 +232,10 @@ class RedisTarget:
             by_stream.setdefault(change.route, []).append(change)
         pipe = self._connection().pipeline(transaction=False)
         maxlen = str(self.url.maxlen or "")
+        snapshot = batch.checkpoint if isinstance(batch.checkpoint, Snapshot) else None
         for stream, changes in by_stream.items():
-            await self._script(keys=[stream], args=[maxlen, *entry_args(changes)], client=pipe)
+            args = [maxlen, *entry_args(changes, snapshot)]
+            await self._script(keys=[stream], args=args, client=pipe)
         what = f"Redis {self.describe()}"
         try:
             results = await asyncio.wait_for(pipe.execute(raise_on_error=False), self.timeout_s)
