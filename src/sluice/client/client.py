@@ -128,6 +128,8 @@ class AsyncClient:
         self._caught_up_at = -1
         self._lag_warned = -1
         self._piece_failures = 0  # of the big window being delivered in pieces
+        self._rewind: Checkpoint | None = None
+        self.started_at: Checkpoint | None = None  # the checkpoint this run started from
 
     @property
     def scn(self) -> int:
@@ -135,6 +137,16 @@ class AsyncClient:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def rewind(self, checkpoint: Checkpoint) -> None:
+        """Read again from ``checkpoint``: the consumer lost windows it had already taken
+        (a sink whose target transaction went away). The stream in progress is dropped and
+        the window being delivered is abandoned; nothing after it is delivered first."""
+        self._rewind = checkpoint
+
+    @property
+    def rewinding(self) -> bool:
+        return self._rewind is not None
 
     async def run(self, *, until_caught_up: bool = False) -> int:
         """Consume until stopped (or caught up with a relay); returns the checkpoint SCN."""
@@ -145,6 +157,7 @@ class AsyncClient:
             if self.config.debezium is not None and isinstance(self.consumer, JsonConsumer):
                 self._decoder = await self._retrying(self._debezium_decoder)
             self.checkpoint = await self._retrying(self._initial)
+            self.started_at = self.checkpoint
             self._saved = self.store.load()
             try:
                 await self._loop(until_caught_up)
@@ -200,6 +213,10 @@ class AsyncClient:
         attempt = 0
         gone: set[int] = set()
         while not self._stop.is_set():
+            if self._rewind is not None:
+                log.warning("reading again from %s", self._rewind)
+                self.checkpoint, self._rewind = self._rewind, None
+                self._save(force=True)
             try:
                 if isinstance(self.checkpoint, Snapshot):
                     await self._read_snapshot(self.checkpoint)
@@ -287,7 +304,7 @@ class AsyncClient:
                         self.checkpoint = CatchUp(start.scn)
                         self._save(force=True)
                         return
-                    if self._stop.is_set():
+                    if self._stop.is_set() or self._rewind is not None:
                         return
                     assert not isinstance(frame, Piece)  # snapshot windows come whole
                     record = frame
@@ -329,6 +346,9 @@ class AsyncClient:
     ) -> bool:
         caught_up = False
         async for frame in stream:
+            if self._stop.is_set() or self._rewind is not None:
+                # a window abandoned on stop or rewind must not be passed by a heartbeat
+                break
             if isinstance(frame, Heartbeat):
                 if frame.scn > self.scn:
                     self.checkpoint = self._at(frame.scn)
@@ -338,8 +358,6 @@ class AsyncClient:
                     break
             elif isinstance(frame, Piece):
                 await self._piece(conn, frame)
-            elif self._stop.is_set():
-                break
             else:
                 scn = read_window_header(frame).scn
                 if scn > self.scn:  # else a replay we already processed
@@ -361,6 +379,8 @@ class AsyncClient:
             await self._deliver(window)
         except Exception as exc:
             await _call(self.consumer.on_rollback(scn, exc))
+            if self._rewind is not None:
+                raise _Again from exc
             self._piece_failures += 1
             attempt = self._piece_failures
             if attempt >= self.config.retry.max_window_attempts:
@@ -395,6 +415,8 @@ class AsyncClient:
                 break
             except Exception as exc:
                 await _call(self.consumer.on_rollback(window.scn, exc))
+                if self._rewind is not None:
+                    return  # abandoned: read again from the rewound checkpoint
                 if attempt >= self.config.retry.max_window_attempts:
                     raise ConsumerFailed(
                         f"consumer failed {attempt} times on window {window.scn}: {exc!r}; "

@@ -104,10 +104,11 @@ class Sink:
         self.last_ts_ms = 0
         self.relay_max_scn: int | None = None
         self.rate = Rate()
-        self.restarts = 0
+        self.rewinds = 0
+        self._lost_in_a_row = 0  # losses since the last commit that worked (their backoff)
+        self._waited = False
         self._stop = asyncio.Event()
         self._fatal: SluiceError | None = None
-        self._restart = False  # held windows were lost: read again from the target's checkpoint
         self._commit_timer: asyncio.TimerHandle | None = None
         self._commits: set[asyncio.Task[None]] = set()
 
@@ -126,13 +127,7 @@ class Sink:
             source_info = await self._source_info()
             self.shaper = Shaper(self._shape_settings(source_info), source_info)
             log.info("sink %s: delivering to %s", self.config.name, self.target.describe())
-            while True:
-                scn = await self._follow(until_caught_up)
-                if not self._restart or self._stop.is_set():
-                    break
-                self._restart = False
-                self.restarts += 1
-                await self._until_up(self.target.start)
+            scn = await self._follow(until_caught_up)
             if self._fatal is not None:
                 raise self._fatal
             return scn
@@ -157,8 +152,7 @@ class Sink:
             return 0
         self.state = "running"
         scn = await self.client.run(until_caught_up=until_caught_up)
-        if not self._restart:
-            await self.flush()
+        await self.flush()
         return scn
 
     def _client_config(self) -> ClientConfig:
@@ -223,6 +217,12 @@ class Sink:
     # -- delivering ------------------------------------------------------------------------------
     async def deliver(self, window: RecordWindow) -> None:
         assert self.shaper is not None
+        if self._rewinding():  # held windows were lost: nothing after them may be taken
+            raise _Stopping("reading held windows again")
+        if self._lost_in_a_row and window.first_seq == 0 and not self._waited:
+            # read again after a loss: wait before trying the target again
+            self._waited = True
+            await self._wait(self._delay(self._lost_in_a_row))
         batch = self.shaper.batch(window)
         attempt = 0
         while True:
@@ -230,7 +230,8 @@ class Sink:
                 await self.target.deliver(batch)
                 break
             except HeldWindowsLost as exc:
-                self._lost(exc)
+                await self._lost(exc)
+                raise _Stopping("reading held windows again") from exc
             except TargetUnavailable as exc:
                 attempt += 1
                 await self.target.rollback()
@@ -243,7 +244,8 @@ class Sink:
             except SluiceError as exc:
                 await self.target.rollback()
                 self._fail(exc)
-        self._up()
+        if not self.target.held:  # else up once its commit worked
+            self._up()
         if batch.last:
             self.windows += 1
             self.last_scn, self.last_ts_ms = batch.scn, batch.ts_ms
@@ -265,46 +267,62 @@ class Sink:
         """Commit windows the target holds once no more came for a while."""
         try:
             await self.target.commit()
+            self._lost_in_a_row = 0
+            self._up()
         except HeldWindowsLost as exc:
-            with contextlib.suppress(_Stopping):
-                self._lost(exc)
+            await self._lost(exc)
         except SluiceError as exc:  # the next window meets it again, and says so
             log.warning("target %s: commit failed (%s)", self.target.describe(), exc)
-        if self.target.held and self._commit_timer is None and not self._restart:
+        if self.target.held and self._commit_timer is None:
             loop = asyncio.get_running_loop()
             self._commit_timer = loop.call_later(self.config.commit_interval_s, self._commit_soon)
 
-    def _lost(self, exc: SluiceError) -> None:
-        """Windows the target held uncommitted are gone with its transaction: stop this
-        client and follow again from the target's committed checkpoint."""
+    async def _lost(self, exc: SluiceError) -> None:
+        """Windows the target held uncommitted went with its transaction: the client reads
+        again from the checkpoint the target committed (after a backoff), and nothing it
+        delivered after them is kept."""
+        client = self.client
+        if client is None or client.rewinding:
+            return
         self.retries += 1
+        self._lost_in_a_row += 1
+        self.rewinds += 1
         self.target_error = str(exc)
         if self.target_down_since is None:
             self.target_down_since = time.monotonic()
+        checkpoint = self.target.committed or client.started_at
+        assert checkpoint is not None
         log.warning(
-            "target %s lost the windows it held uncommitted (%s): reading them again from "
-            "its checkpoint",
-            self.target.describe(), exc,
+            "target %s lost the windows it held uncommitted (%s): reading again from %s",
+            self.target.describe(), exc, checkpoint,
         )  # fmt: skip
-        self._restart = True
+        client.rewind(checkpoint)
+        self._waited = False
         if isinstance(self.store, TargetCheckpoints):
             self.store.pending = None  # it may name windows that are gone
-        if self.client is not None:
-            self.client.stop()
-        raise _Stopping("reading held windows again")
+        await self.target.rollback()
+
+    def _rewinding(self) -> bool:
+        return self.client is not None and self.client.rewinding
 
     async def flush(self) -> None:
         """Commit held windows, then write a checkpoint saved outside a window."""
-        if self._restart:
+        if self._rewinding():
             return  # what is pending may name windows the target lost
         if self.target.held:
-            with contextlib.suppress(TargetUnavailable):
+            try:
                 await self.target.commit()
+            except HeldWindowsLost as exc:
+                await self._lost(exc)
+                return
+            except TargetUnavailable:
+                return
         store = self.store
         if (
             isinstance(store, TargetCheckpoints)
             and store.pending is not None
             and not self.target.held
+            and not self._rewinding()
         ):
             pending = store.pending
             with contextlib.suppress(TargetUnavailable):
@@ -396,7 +414,7 @@ class Sink:
             "events_per_s": round(self.rate.per_second(), 1),
             "filtered_events": self.shaper.filtered if self.shaper is not None else 0,
             "retries": self.retries,
-            "restarts": self.restarts,
+            "rewinds": self.rewinds,
             "last_scn": self.last_scn,
             "target_stats": self.target.stats(),
         }

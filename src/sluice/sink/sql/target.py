@@ -12,9 +12,9 @@ transaction. The driver is blocking: all work runs on one thread of its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -46,7 +46,6 @@ class SqlTarget:
     wants_bodies = False
 
     def __init__(self, config: SinkConfig) -> None:
-        self.commit_interval_s = config.commit_interval_s
         self.commit_rows = config.commit_rows
         self.url: DatabaseUrl = parse_database_url(config.target_url)
         self.engine = self.url.engine
@@ -59,12 +58,18 @@ class SqlTarget:
         self._converters: dict[tuple[str, int], tuple[list[str], list[Convert]]] = {}
         self.committed: Checkpoint | None = None
         self._written: set[str] = set()  # tables this sink has written (cleared on re-snapshot)
-        self._open = False  # a transaction is open
-        self._mid = False  # ... inside a window (after a piece that was not its last)
-        self.held = 0  # windows applied in the open transaction, not yet committed
+        # On the target's thread: a big window's transaction, open between its pieces.
+        self._open = False
+        self._mid = False
+        self._poisoned = False  # a held group failed: what was queued behind it must not commit
+        # On the loop: whole windows held in memory until ``commit`` applies them together
+        # in one transaction with the newest one's checkpoint (their net effect per key).
+        self._buffer: list[Change] = []
+        self._buffered = 0  # windows in the buffer
+        self._committing = 0  # windows whose transaction is running now
         self._held_rows = 0
-        self._held_since = 0.0
         self._held_checkpoint: Checkpoint | None = None
+        self._ready: set[tuple[str, int, str]] = set()  # (source, version, route) with DDL done
         self.commits = 0
         self.statements = 0
         self.rows = 0
@@ -97,9 +102,12 @@ class SqlTarget:
         return await self._run(self._load)
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        if self.held:
+            return  # the next commit writes a newer checkpoint anyway
+
         def save() -> None:
-            if self._open:
-                return  # the open transaction's commit writes a newer checkpoint anyway
+            if self._open or self._poisoned:
+                return  # inside a big window: its commit writes a newer checkpoint
             conn = self._connection()
             self._begin(conn)
             self._write_checkpoint(conn.cursor(), checkpoint)
@@ -109,20 +117,53 @@ class SqlTarget:
         await self._run(save)
 
     async def deliver(self, batch: Batch) -> None:
+        if batch.first and batch.last and self._plain(batch):
+            self._buffer.extend(batch.changes)
+            self._buffered += 1
+            self._held_rows += len(batch.changes)
+            self._held_checkpoint = batch.checkpoint or self._held_checkpoint
+            if self._held_rows >= self.commit_rows:
+                await self.commit()
+            return
+        await self.commit()  # the windows before it, in their own transaction
         await self._run(lambda: self._apply(batch))
 
+    def _plain(self, batch: Batch) -> bool:
+        """A window that needs no DDL and starts no snapshot: it can wait in memory."""
+        if self._snapshot_starts(batch.checkpoint):
+            return False
+        return all(
+            c.schema is None or (c.source, c.schema.version, c.route) in self._ready
+            for c in batch.changes
+        )
+
+    @property
+    def held(self) -> int:
+        """Windows taken and not yet committed (buffered, or in a running commit)."""
+        return self._buffered + self._committing
+
     async def commit(self) -> None:
-        """Commit the windows held in the open transaction (not inside a window)."""
+        """Apply and commit the windows held in memory, in one transaction."""
+        if not self._buffered:
+            return
+        changes, checkpoint, held = self._buffer, self._held_checkpoint, self._buffered
+        self._discard()
+        self._committing += held
+        try:
+            await self._run(lambda: self._apply_held(changes, checkpoint), held=held)
+        finally:
+            self._committing -= held
 
-        def commit() -> None:
-            if self._open and not self._mid:
-                self._commit_held(self._connection())
-
-        await self._run(commit)
+    def _discard(self) -> None:
+        self._buffer = []
+        self._buffered = self._held_rows = 0
+        self._held_checkpoint = None
 
     async def rollback(self) -> None:
+        self._discard()  # only ever a lost group here: a failing commit raised already
+
         def rollback() -> None:
-            self._forget()
+            self._open = self._mid = self._poisoned = False
             if self._conn is not None:
                 try:
                     self._conn.rollback()
@@ -131,30 +172,31 @@ class SqlTarget:
 
         await self._run(rollback)
 
-    async def _run(self, work: Callable[[], T]) -> T:
+    async def _run(self, work: Callable[[], T], held: int = 0) -> T:
         """Run on the target's thread; driver errors become ``TargetUnavailable`` (down:
-        retried) or ``ConfigError`` (refused: the sink stops)."""
+        retried; ``HeldWindowsLost`` when ``held`` windows went with the transaction) or
+        ``ConfigError`` (refused: the sink stops)."""
         try:
             return await asyncio.get_running_loop().run_in_executor(self._thread, work)
-        except HeldWindowsLost:
-            raise
         except SluiceError:
             self._thread.submit(self._forget)
             raise
         except Exception as exc:
-            held = self.held
             self._thread.submit(self._forget)
             if is_down(exc):
                 self._thread.submit(self._drop)
-                lost = HeldWindowsLost if held else TargetUnavailable
-                raise lost(refusal(exc, self.url)) from None
+                if held:
+                    self._discard()  # windows buffered since are behind the lost ones
+                    raise HeldWindowsLost(refusal(exc, self.url)) from None
+                raise TargetUnavailable(refusal(exc, self.url)) from None
             raise ConfigError(refusal(exc, self.url)) from None
 
     def _forget(self) -> None:
         """The open transaction is gone (rolled back, or the connection with it)."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.rollback()
         self._open = self._mid = False
-        self.held = self._held_rows = 0
-        self._held_checkpoint = None
 
     # -- on the thread -------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -226,6 +268,8 @@ class SqlTarget:
         )
 
     def _apply(self, batch: Batch) -> None:
+        """A window (or piece) that needs DDL, starts a snapshot, or is big: on its own."""
+        self._check_poison()
         conn = self._connection()
         table_of = {c.source: self._qualified(c.route) for c in batch.changes}
         ddl = self._ddl(conn, batch.changes)
@@ -242,37 +286,52 @@ class SqlTarget:
         for step in steps:
             self._step(cur, step)
         self._written.update(table_of.values())
+        self._ready.update((c.source, c.schema.version, c.route) for c in batch.changes if c.schema)
         if batch.last:
-            # Windows are committed in groups (with the newest one's checkpoint): exactly
-            # once all the same, and a commit per window only when they come slowly.
-            if not self.held:
-                self._held_since = time.monotonic()
-            self.held += 1
-            self._held_rows += len(batch.changes)
-            self._held_checkpoint = batch.checkpoint or self._held_checkpoint
-            if (
-                self._held_rows >= self.commit_rows
-                or time.monotonic() - self._held_since >= self.commit_interval_s
-            ):
-                self._commit_held(conn)
+            if batch.checkpoint is not None:
+                self._write_checkpoint(cur, batch.checkpoint)
+            conn.commit()
+            self.commits += 1
+            self._open = self._mid = False
+            if batch.checkpoint is not None:
+                self.committed = batch.checkpoint
 
-    def _commit_held(self, conn: Any) -> None:
-        if self._held_checkpoint is not None:
-            self._write_checkpoint(conn.cursor(), self._held_checkpoint)
+    def _apply_held(self, changes: list[Change], checkpoint: Checkpoint | None) -> None:
+        """Windows held in memory, as one transaction: their net effect, the checkpoint."""
+        self._check_poison()
+        try:
+            self._commit_group(changes, checkpoint)
+        except BaseException:
+            self._poisoned = True  # jobs already queued behind this one are after its windows
+            raise
+
+    def _check_poison(self) -> None:
+        if self._poisoned:
+            raise HeldWindowsLost("windows before these were lost; reading them again")
+
+    def _commit_group(self, changes: list[Change], checkpoint: Checkpoint | None) -> None:
+        conn = self._connection()
+        table_of = {c.source: self._qualified(c.route) for c in changes}
+        self._begin(conn)
+        self._open = True
+        cur = conn.cursor()
+        for step in plan(changes, table_of):
+            self._step(cur, step)
+        self._written.update(table_of.values())
+        if checkpoint is not None:
+            self._write_checkpoint(cur, checkpoint)
         conn.commit()
         self.commits += 1
-        if self._held_checkpoint is not None:
-            self.committed = self._held_checkpoint
-        self._forget()
+        self._open = False
+        if checkpoint is not None:
+            self.committed = checkpoint
 
     def _schema_change(self, conn: Any, ddl: list[tuple[str, str]]) -> None:
-        """DDL before the window's statements. Held windows are committed first; inside a
-        big window, an engine whose DDL commits rolls the window back and reads it again."""
-        if self._open and not self._mid:
-            self._commit_held(conn)
+        """DDL before the window's statements; inside a big window, an engine whose DDL
+        commits rolls the window back and reads it again."""
         if self._mid and self.engine.ddl_commits:
             conn.rollback()
-            self._forget()
+            self._open = self._mid = False
             self._run_ddl(conn, ddl, commit=True)
             raise _Replay("a schema change inside a big window: reading it again")
         self._run_ddl(conn, ddl, commit=not self._open)
@@ -280,7 +339,7 @@ class SqlTarget:
     def _snapshot_starts(self, checkpoint: Checkpoint | None) -> bool:
         if not isinstance(checkpoint, Snapshot):
             return False
-        done = self.committed
+        done = self._held_checkpoint or self.committed
         return not (isinstance(done, Snapshot) and done.scn == checkpoint.scn)
 
     # -- statements ---------------------------------------------------------------------------
