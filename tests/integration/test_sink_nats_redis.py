@@ -26,10 +26,14 @@ import pytest
 import redis
 from pydantic import SecretStr
 
+from sluice.client import RecordWindow
+from sluice.core import wire
 from sluice.core.checkpoint import Online, Snapshot
-from sluice.core.event import Op
+from sluice.schemas import RowCodec, TableSchema
+from sluice.schemas.columns import Column
 from sluice.sink.config import SinkConfig
-from sluice.sink.target import Batch, Change
+from sluice.sink.shape import Shaper, ShapeSettings
+from sluice.sink.target import Batch
 from sluice.sink.targets import open_target
 from sluice.testing import PrivateMariaDB
 from sluice.testing.brokers import PrivateNats, PrivateRedis
@@ -368,29 +372,45 @@ def test_redis_filter_passes_matching_rows_and_truncates(shop: Shop, redis_url: 
 
 
 def _snapshot_batches(scn: int, routes: dict[str, str]) -> list[Batch]:
-    """A snapshot's windows as the sink gets them: all at the snapshot's SCN, each counting
-    its rows from 0, the checkpoint naming its source and last row (a row cursor with a
-    generation in its high bits); then a log window after it."""
+    """A snapshot's windows as the sink gets them, through the shaper: all at the snapshot's
+    SCN, each counting its rows from 0, the checkpoint naming its source and last row (a row
+    cursor with a generation in its high bits); then a log window after it."""
     generation = 3 << 48
+    codecs = {
+        (source, 1): RowCodec(TableSchema(source, 1, (Column("id", "int", False, "int"),), ("id",)))
+        for source in routes
+    }
+    shapers = {
+        source: Shaper(ShapeSettings(origin="origin", route=route.replace(source, "{source}")), {})
+        for source, route in routes.items()
+    }
+
+    def window(wscn: int, events: list[tuple[str, str, int]], checkpoint: Any) -> RecordWindow:
+        raw = [
+            wire.encode_event(
+                wire.RawEvent(
+                    source,
+                    op,
+                    1,
+                    0,
+                    codecs[(source, 1)].encode(None if op == "r" else [row], [row]),
+                )  # type: ignore[arg-type]
+            )
+            for source, op, row in events
+        ]
+        record = wire.encode_window(wscn, generation, 0, raw)
+        return RecordWindow(wscn, 0, record, lambda s, v: codecs[(s, v)], 0, True, checkpoint)
+
     batches = []
-    for source, route in routes.items():
+    for source in routes:
         for last in (2, 5):
-            changes = tuple(_change(scn, i, source, "r", route, last - 2 + i) for i in range(3))
+            events = [(source, "r", last - 2 + i) for i in range(3)]
             cursor = Snapshot(scn, source, generation | last)
-            batches.append(Batch(scn, 0, changes, checkpoint=cursor))
-    log = tuple(
-        _change(scn + 1, i, source, "u", route, 0)
-        for i, (source, route) in enumerate(routes.items())
-    )
-    return [*batches, Batch(scn + 1, 0, log, checkpoint=Online(scn + 1))]
-
-
-def _change(scn: int, index: int, source: str, op: Op, route: str, row: int) -> Change:
-    body = {"scn": scn, "source": source, "op": op, "key": {"id": row}}
-    return Change(
-        scn, index, source, op, 0, 1, None, json.dumps({"id": row}), None, None, route,
-        f"origin-{scn}-{index}", json.dumps(body).encode(),
-    )  # fmt: skip
+            batches.append(shapers[source].batch(window(scn, events, cursor)))
+    log_events = [(source, "u", 0) for source in routes]
+    first = next(iter(routes))
+    batches.append(shapers[first].batch(window(scn + 1, log_events, Online(scn + 1))))
+    return batches
 
 
 async def _deliver(url: str, batches: list[Batch], again: list[Batch]) -> dict[str, Any]:

@@ -169,3 +169,26 @@ def test_passwords_never_show() -> None:
     assert "secret" not in repr(
         load_sink_config(None, None, to="redis://u:secret@h:1/0", relays=["http://r"])
     )
+
+
+def test_snapshot_rows_get_ids_from_their_source_and_row_number() -> None:
+    """A snapshot's windows all carry its SCN and count from 0; their indexes rise with the
+    row cursor (without its generation bits) and ids name the source, so none repeats."""
+    from sluice.core.checkpoint import Snapshot  # noqa: PLC0415
+
+    shaper = Shaper(ShapeSettings(origin="o"), {})
+    seen, last_index = set(), -1
+    for last in (1, 3):
+        window = _window(
+            ("shop.orders", "r", None, _row(last - 1)), ("shop.orders", "r", None, _row(last))
+        )
+        cursor = Snapshot(window.scn, "shop.orders", (5 << 48) | last)
+        batch = shaper.batch(
+            RecordWindow(window.scn, 0, window.record, window.codec_for, 0, True, cursor)
+        )
+        for change in batch.changes:
+            assert change.id not in seen and change.index > last_index
+            assert change.id.startswith(f"o-{window.scn}-shop.orders-")
+            seen.add(change.id)
+            last_index = change.index
+    assert len(seen) == 4

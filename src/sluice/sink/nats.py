@@ -11,8 +11,7 @@ duplicate window, so a batch sent again (after a failure, a restart, a SIGKILL b
 checkpoint was saved) adds nothing. The sink saves its checkpoint after each window, so a
 replay is at most the window in flight; it repeats messages only if it comes after the window
 has passed (a sink down longer than that, or a stream with a shorter window). A bootstrap
-snapshot's windows all carry its SCN and count from 0, so their ids add the window's source
-and row cursor.
+snapshot's rows have ids from the snapshot's SCN, their source and row number (``shape.py``).
 
 The stream is looked up at start; a missing one is made (file storage, a 2-minute
 ``duplicate_window``, JetStream's default) with subjects covering the template's routes: its
@@ -45,7 +44,7 @@ from nats.aio.msg import Msg
 from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
-from sluice.core.checkpoint import Checkpoint, Snapshot
+from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.shape import CONTENT_TYPES
@@ -268,11 +267,7 @@ class NatsTarget:
         for change in batch.changes:
             if change.route not in self._routes:
                 self._check_route(change.route)
-        # a snapshot's windows all carry its SCN and count from 0: their ids name the window
-        snap = batch.checkpoint
-        suffix = (
-            f"-{snap.source}-{snap.row}" if isinstance(snap, Snapshot) and snap.row >= 0 else ""
-        )
+        suffix = ""  # ids are unique as they are (snapshot rows too: see shape.py)
         for start in range(0, len(batch.changes), PIPELINE):
             await self._publish(nc, batch.changes[start : start + PIPELINE], suffix)
         self.batches += 1

@@ -12,10 +12,10 @@ refuses an ``XADD`` whose ID is not above the stream's top ("equal or smaller"):
 written again after a failure, a restart or a SIGKILL adds nothing (each refusal is counted as
 a duplicate). Redis remembers the top even when trimming or ``XDEL`` removed the entry. So a
 stream must be fed by one sink (one origin): another writer's IDs would hide ours. A bootstrap
-snapshot's windows all carry its SCN, each counting from 0: their IDs take the sequence from
-the window's row cursor instead (see ``entry_id``), which rises within a source, so a stream
-that mixes several sources (a template without ``{source}`` or ``{table}``) cannot take a
-snapshot: a later source's rows would be refused as replays.
+snapshot's rows all carry its SCN; their sequence rises with their row number within a
+source (``shape.py``), so a stream that mixes several sources (a template without
+``{source}`` or ``{table}``) cannot take a snapshot: a later source's rows would be refused
+as replays.
 
 Order: a later entry of a stream must never be written after an earlier one failed, or the
 earlier one could never be written (its ID would be below the top). So a batch's entries of
@@ -41,7 +41,7 @@ import redis.exceptions as errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from sluice.core.checkpoint import Checkpoint, Snapshot
+from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
@@ -126,22 +126,16 @@ def parse_redis_url(url: str) -> RedisUrl:
     return RedisUrl(host, port, int(db_text), user, password, maxlen, display)
 
 
-def entry_id(change: Change, snapshot: Snapshot | None) -> str:
-    """``SCN-INDEX``; a snapshot's windows all have its SCN and count from 0 each, so there
-    the sequence is the window's row cursor (rising within a source) and the index."""
-    if snapshot is None or snapshot.row < 0:
-        return f"{change.scn}-{change.index}"
-    if change.index >= 1 << SNAPSHOT_INDEX_BITS:
-        raise ConfigError(f"a snapshot window of more than {1 << SNAPSHOT_INDEX_BITS} rows")
-    row = snapshot.row & SNAPSHOT_ROW_MASK
-    return f"{change.scn}-{row << SNAPSHOT_INDEX_BITS | change.index}"
+def entry_id(change: Change) -> str:
+    """``SCN-INDEX`` (a snapshot row's index rises with its row number: ``shape.py``)."""
+    return f"{change.scn}-{change.index}"
 
 
-def entry_args(changes: Sequence[Change], snapshot: Snapshot | None) -> list[bytes | str]:
+def entry_args(changes: Sequence[Change]) -> list[bytes | str]:
     """The script's arguments for one stream's entries, in order."""
     args: list[bytes | str] = []
     for c in changes:
-        args += [entry_id(c, snapshot), c.body, c.key or "", c.op, c.source, str(c.scn),
+        args += [entry_id(c), c.body, c.key or "", c.op, c.source, str(c.scn),
                  str(c.schema_version)]  # fmt: skip
     return args
 
@@ -232,9 +226,8 @@ class RedisTarget:
             by_stream.setdefault(change.route, []).append(change)
         pipe = self._connection().pipeline(transaction=False)
         maxlen = str(self.url.maxlen or "")
-        snapshot = batch.checkpoint if isinstance(batch.checkpoint, Snapshot) else None
         for stream, changes in by_stream.items():
-            args = [maxlen, *entry_args(changes, snapshot)]
+            args = [maxlen, *entry_args(changes)]
             await self._script(keys=[stream], args=args, client=pipe)
         what = f"Redis {self.describe()}"
         try:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from sluice.client import RecordWindow
 from sluice.core import wire
+from sluice.core.checkpoint import Snapshot
 from sluice.core.names import split_source
 from sluice.errors import ConfigError
 from sluice.schemas.avro import RowCodec, TableSchema
@@ -29,6 +30,10 @@ from sluice.sink.target import Batch, Change
 Format = Literal["json", "debezium", "avro"]
 CONTENT_TYPES = {"json": "application/json", "debezium": "application/json", "avro": "avro/binary"}
 ROUTE_FIELDS = ("source", "db", "table", "op")
+# Snapshot rows: the bootstrap's row cursor holds the row number in its low 48 bits (the
+# generation above); a snapshot window has at most 2**12 rows (the bootstrap sends 500).
+SNAPSHOT_ROWS = (1 << 48) - 1
+SNAPSHOT_INDEX_BITS = 12
 
 
 def check_template(template: str, what: str = "route") -> str:
@@ -183,8 +188,15 @@ class Shaper:
 
     def batch(self, window: RecordWindow) -> Batch:
         changes = []
+        first, tag = window.first_seq, ""
+        snapshot = window.checkpoint
+        if isinstance(snapshot, Snapshot) and snapshot.row >= 0:
+            # A snapshot's windows all carry its SCN and count their rows from 0: the index
+            # rises with the window's row cursor instead, and ids name the source.
+            first = (snapshot.row & SNAPSHOT_ROWS) << SNAPSHOT_INDEX_BITS
+            tag = f"{snapshot.source}-"
         for i, raw in enumerate(wire.decode_events(window.record)):
-            change = self._change(window, window.first_seq + i, raw)
+            change = self._change(window, first + i, raw, tag)
             if change is not None:
                 changes.append(change)
         return Batch(
@@ -213,9 +225,11 @@ class Shaper:
             )
         return shape
 
-    def _change(self, window: RecordWindow, index: int, raw: wire.RawEvent) -> Change | None:
+    def _change(
+        self, window: RecordWindow, index: int, raw: wire.RawEvent, tag: str = ""
+    ) -> Change | None:
         scn, settings = window.scn, self.settings
-        ident = f"{settings.origin}-{scn}-{index}"
+        ident = f"{settings.origin}-{scn}-{tag}{index}"
         if raw.op == "t":  # no rows to filter or select: always passes
             body = self._truncate_body(window, raw) if settings.bodies else b""
             return Change(
