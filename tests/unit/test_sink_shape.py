@@ -174,7 +174,7 @@ def test_passwords_never_show() -> None:
 def test_snapshot_rows_get_ids_from_their_source_and_row_number() -> None:
     """A snapshot's windows all carry its SCN and count from 0; their indexes rise with the
     row cursor (without its generation bits) and ids name the source, so none repeats."""
-    from sluice.core.checkpoint import Snapshot  # noqa: PLC0415
+    from sluice.core.checkpoint import Snapshot
 
     shaper = Shaper(ShapeSettings(origin="o"), {})
     seen, last_index = set(), -1
