@@ -117,6 +117,9 @@ class Sink:
         self._stop.set()
         if self.client is not None:
             self.client.stop()
+        interrupt = getattr(self.target, "interrupt", None)  # targets that wait inside
+        if interrupt is not None:
+            interrupt()
 
     async def run(self, *, until_caught_up: bool = False) -> int:
         """Deliver until stopped (or caught up); returns the checkpoint's SCN."""
@@ -167,7 +170,9 @@ class Sink:
             retry=RetryPolicy(
                 initial_s=c.retry_initial_s,
                 max_s=c.retry_max_s,
-                max_window_attempts=10,
+                # the sink itself stops on a target's refusal; what reaches the client
+                # is a big window read again while its target is away: never give up
+                max_window_attempts=2**31,
                 give_up_after_s=c.give_up_after_s,
             ),
         )
@@ -223,7 +228,10 @@ class Sink:
             # read again after a loss: wait before trying the target again
             self._waited = True
             await self._wait(self._delay(self._lost_in_a_row))
-        batch = self.shaper.batch(window)
+        try:
+            batch = self.shaper.batch(window)
+        except Exception as exc:
+            self._fail(SinkFailed(f"cannot shape window {window.scn}: {exc}"))
         attempt = 0
         while True:
             try:
@@ -244,6 +252,10 @@ class Sink:
             except SluiceError as exc:
                 await self.target.rollback()
                 self._fail(exc)
+            except Exception as exc:  # a bug, not an outage: stop and say so
+                log.exception("target %s failed on window %d", self.target.describe(), batch.scn)
+                await self.target.rollback()
+                self._fail(SinkFailed(f"{type(exc).__name__}: {exc}"))
         if not self.target.held:  # else up once its commit worked
             self._up()
         if batch.last:

@@ -36,6 +36,7 @@ Failures, and what happens:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -108,6 +109,7 @@ class WebhookTarget:
     committed: Checkpoint | None = None  # the sink keeps the checkpoint in a file
 
     def __init__(self, config: SinkConfig) -> None:
+        self._interrupted = asyncio.Event()
         self.url = config.target_url
         shown = redact(self.url)
         try:
@@ -192,6 +194,10 @@ class WebhookTarget:
         return None  # delivered chunks stay delivered; ``_done`` skips them on the retry
 
     # -- delivering ----------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """The sink is stopping: give up waiting between tries."""
+        self._interrupted.set()
+
     async def deliver(self, batch: Batch) -> None:
         if batch.scn != self._window:
             self._window, self._done = batch.scn, set()
@@ -219,7 +225,10 @@ class WebhookTarget:
                 "webhook %s: chunk %s failed (%s); try %d of %d in %.1f s",
                 self.describe(), chunk.key, failure, attempt + 1, self.max_attempts, delay,
             )  # fmt: skip
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._interrupted.wait(), delay)
+            if self._interrupted.is_set():  # the sink is stopping: the window is not done
+                raise TargetUnavailable(f"stopped while retrying chunk {chunk.key}")
         self.retrying = None
         await self._dead_letter(chunk, attempt, failure)
 

@@ -365,7 +365,8 @@ class PrivateRabbitMQ(_PrivateServer):
         return result.stdout.decode()
 
     def _prepare(self) -> None:
-        self.dist_port = self.dist_port or free_port()
+        # a fresh distribution port at every start: another connection may hold the old one
+        self.dist_port = free_port()
         (self.base_dir / "rabbitmq.conf").write_text(
             f"listeners.tcp.1 = 127.0.0.1:{self.port}\n"
             "log.console = true\n"  # into server.log, with the VM's own output
