@@ -124,6 +124,33 @@ def add_parser(sub: Any) -> None:
         help="longest wait between retries of a target that is down (default 30)",
     )
     p.add_argument(
+        "--retry-initial",
+        type=float,
+        dest="retry_initial_s",
+        metavar="SECONDS",
+        help="first wait before retrying a target that is down (default 0.5)",
+    )
+    p.add_argument(
+        "--target-timeout",
+        type=float,
+        dest="timeout_s",
+        metavar="SECONDS",
+        help="one request to the target (default 30)",
+    )
+    p.add_argument(
+        "--commit-interval",
+        type=float,
+        dest="commit_interval_s",
+        metavar="SECONDS",
+        help="database targets: commit held windows at least this often (default 0.1)",
+    )
+    p.add_argument(
+        "--commit-rows",
+        type=int,
+        metavar="N",
+        help="database targets: ... or once this many rows are held (default 20000)",
+    )
+    p.add_argument(
         "--give-up-after",
         type=float,
         dest="give_up_after_s",
@@ -162,6 +189,10 @@ def run(args: argparse.Namespace) -> int:
         max_attempts=args.max_attempts,
         batch_events=args.batch_events,
         retry_max_s=args.retry_max_s,
+        retry_initial_s=args.retry_initial_s,
+        timeout_s=args.timeout_s,
+        commit_interval_s=args.commit_interval_s,
+        commit_rows=args.commit_rows,
         give_up_after_s=args.give_up_after_s,
     )
     if config.bootstrap and config.since_scn is None:
