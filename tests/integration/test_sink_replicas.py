@@ -338,3 +338,57 @@ def test_a_window_bigger_than_a_piece_is_one_replica_transaction(
     assert db.execute("SELECT count(*), max(body) FROM t").fetchone() == (300_000, "row 99999")
     db.close()
     conn.close()
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mariadb"])
+def test_a_database_target_that_goes_down_loses_nothing(
+    kind: str,
+    mariadb: PrivateMariaDB,
+    shop: tuple[str, pymysql.Connection[Any]],
+    tmp_path: Path,
+) -> None:
+    """The target server SIGKILLed mid-workload and back after OUTAGE_S seconds: the sink
+    shows it down, retries with backoff, and ends equal to the source."""
+    db, conn = shop
+    server: Any = PrivatePostgres(tmp_path / "pg") if kind == "postgresql" else PrivateMariaDB(
+        tmp_path / "target"
+    )  # fmt: skip
+    server.start()
+    try:
+        replica = Replica(
+            kind, tmp_path, server if kind == "mariadb" else mariadb,
+            server if kind == "postgresql" else None,  # type: ignore[arg-type]
+        )  # fmt: skip
+        sources = [f"{db}.orders", f"{db}.items", f"{db}.audit"]
+        with RelayThread(relay_config(mariadb, sources, tmp_path / "relay")) as relay:
+            sink = SinkProcess(
+                ["--to", replica.url, "--relay", relay.url, "--retry-max", "2"],
+                tmp_path / "sink.log",
+                SLUICE_SINK_TIMEOUT_S="2",
+            )
+            sink.start()
+            try:
+                workload(conn, 40)
+                sink.wait_scn(wait_relay_caught_up(relay.url, conn))
+                server.kill()
+                started = time.monotonic()
+                more = threading.Thread(
+                    target=workload, args=(conn, 150, 11, None, 0.01, 100_000), daemon=True
+                )
+                more.start()
+                wait_for(
+                    lambda: (s := sink.stats()) and not s["target_up"] and s["retries"] > 0,
+                    60,
+                    "the sink to show its target down",
+                )
+                wait_for(lambda: time.monotonic() - started >= OUTAGE_S, OUTAGE_S + 5, "outage")
+                assert not sink.stats()["target_up"]  # type: ignore[index]
+                server.start()
+                more.join(120)
+                stats = sink.wait_scn(wait_relay_caught_up(relay.url, conn), timeout=180)
+                assert stats["target_up"]
+                assert_same_tables(conn, db, replica)
+            finally:
+                sink.stop()
+    finally:
+        server.stop()
