@@ -278,9 +278,11 @@ class Sink:
     async def _commit_held(self) -> None:
         """Commit windows the target holds once no more came for a while."""
         try:
+            held = self.target.held
             await self.target.commit()
-            self._lost_in_a_row = 0
-            self._up()
+            if held:
+                self._lost_in_a_row = 0
+                self._up()
         except HeldWindowsLost as exc:
             await self._lost(exc)
         except SluiceError as exc:  # the next window meets it again, and says so
