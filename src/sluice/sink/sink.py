@@ -107,6 +107,9 @@ class Sink:
         self.rewinds = 0
         self._lost_in_a_row = 0  # losses since the last commit that worked (their backoff)
         self._waited = False
+        # after a loss, the checkpoint the client holds is ours, not necessarily the target's:
+        # no checkpoint is written outside a window until the target was asked
+        self._suspect = False
         self._stop = asyncio.Event()
         self._fatal: SluiceError | None = None
         self._commit_timer: asyncio.TimerHandle | None = None
@@ -225,9 +228,12 @@ class Sink:
         if self._rewinding():  # held windows were lost: nothing after them may be taken
             raise _Stopping("reading held windows again")
         if self._lost_in_a_row and window.first_seq == 0 and not self._waited:
-            # read again after a loss: wait before trying the target again
+            # read again after a loss: wait before trying the target again, then ask it where
+            # it stands (a server that lost commits it had acknowledged lost their checkpoint
+            # row with them: read again from what it holds)
             self._waited = True
             await self._wait(self._delay(self._lost_in_a_row))
+            await self._recheck()
         try:
             batch = self.shaper.batch(window)
         except Exception as exc:
@@ -312,9 +318,25 @@ class Sink:
         )  # fmt: skip
         client.rewind(checkpoint)
         self._waited = False
+        self._suspect = True  # until the target says where it stands (``_recheck``)
         if isinstance(self.store, TargetCheckpoints):
             self.store.pending = None  # it may name windows that are gone
         await self.target.rollback()
+
+    async def _recheck(self) -> None:
+        if not self.target.keeps_checkpoint or self.client is None:
+            return
+        stored = await self._until_up(self.target.load_checkpoint)
+        self._suspect = False
+        rewound = self.client.checkpoint
+        if stored is not None and stored != rewound:
+            log.warning(
+                "target %s holds checkpoint %s, not %s: it lost commits it had acknowledged; "
+                "reading again from what it holds",
+                self.target.describe(), stored, rewound,
+            )  # fmt: skip
+            self.client.rewind(stored)
+            raise _Stopping("reading again from the target's checkpoint")
 
     def _rewinding(self) -> bool:
         return self.client is not None and self.client.rewinding
@@ -337,6 +359,7 @@ class Sink:
             and store.pending is not None
             and not self.target.held
             and not self._rewinding()
+            and not self._suspect
         ):
             pending = store.pending
             with contextlib.suppress(TargetUnavailable):
