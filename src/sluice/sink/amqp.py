@@ -112,6 +112,7 @@ class AmqpTarget:
     delivery: Delivery = "at-least-once"
     keeps_checkpoint = False
     wants_bodies = True
+    wants_keys = False  # no field for the key text
     held = 0  # each batch is delivered before ``deliver`` returns: nothing to commit later
     committed: Checkpoint | None = None  # the sink keeps the checkpoint in a file
 

@@ -127,6 +127,7 @@ class NatsTarget:
     delivery: Delivery = "exactly-once"
     keeps_checkpoint = False
     wants_bodies = True
+    wants_keys = False  # no field for the key text
     held = 0  # each batch is taken for good: nothing waits for a commit
 
     def __init__(self, config: SinkConfig) -> None:

@@ -69,6 +69,7 @@ class ShapeSettings:
     route: str = "{source}"
     origin: str = ""
     bodies: bool = True  # False: table targets take images, not formatted bodies
+    keys: bool = True  # the canonical key text on each change (Redis's ``key`` field)
     filtered_as_deletes: bool = False  # table targets: a row leaving the filter is deleted
     parsed: dict[str, Expression | None] = field(default_factory=dict, compare=False)
 
@@ -145,6 +146,13 @@ class _TableShape:
             ]
         self.json_values = [KIND[col.kind].canonical_json() for col in columns]
         self.debezium = debezium
+        # Images are decoded only where something reads them: tables, the filter, JSON
+        # bodies without some columns (else the body comes straight from Avro).
+        self.images_needed = (
+            not settings.bodies
+            or self.expression is not None
+            or (settings.format == "json" and not self.all_columns)
+        )
 
     def project(self, image: list[Any] | None) -> list[Any] | None:
         if image is None or self.all_columns:
@@ -237,7 +245,9 @@ class Shaper:
                 None, None, self.route(raw.source, "t"), ident, body,
             )  # fmt: skip
         shape = self._table(window, raw.source, raw.schema_version)
-        before, after = shape.images(raw.payload)
+        before = after = None
+        if shape.images_needed:
+            before, after = shape.images(raw.payload)
         op = raw.op
         if shape.expression is not None:
             meta = _meta(raw.source, op, scn)
@@ -250,7 +260,7 @@ class Shaper:
                 if settings.filtered_as_deletes:
                     op, before, after = "d", before if before is not None else after, None
         key = None  # table targets key rows by their images
-        if settings.bodies and shape.schema.primary_key:
+        if settings.keys and settings.bodies and shape.schema.primary_key:
             key = shape.codec.payload_key(raw.payload)
         before, after = shape.project(before), shape.project(after)
         body = b""
@@ -322,9 +332,14 @@ def _meta(source: str, op: str, scn: int) -> dict[str, Any]:
     return {"op": op, "source": source, "db": db, "table": table, "scn": scn}
 
 
+_SOURCE_TEXT: dict[str, str] = {}
+
+
 def _json_line(scn: int, raw: wire.RawEvent, key: str, before: str, after: str, ts_ms: int) -> str:
     """Exactly the relay's ``format=json`` line of the event (``schemas.events.json_lines``)."""
-    source = json.dumps(raw.source, ensure_ascii=False)
+    source = _SOURCE_TEXT.get(raw.source)
+    if source is None:
+        source = _SOURCE_TEXT[raw.source] = json.dumps(raw.source, ensure_ascii=False)
     return (
         f'{{"scn": {scn}, "source": {source}, "op": "{raw.op}", "key": {key}, '
         f'"before": {before}, "after": {after}, "ts_ms": {ts_ms}, '

@@ -192,6 +192,7 @@ class Sink:
             route=self.route,
             origin=c.origin or origin_of(source_info),
             bodies=self.bodies,
+            keys=getattr(self.target, "wants_keys", True),
             filtered_as_deletes=not self.bodies,
         )
 
