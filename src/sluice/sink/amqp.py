@@ -112,6 +112,7 @@ class AmqpTarget:
     delivery: Delivery = "at-least-once"
     keeps_checkpoint = False
     wants_bodies = True
+    holds_windows = True  # a batch may hold many windows: see holding.py
     wants_keys = False  # no field for the key text
     held = 0  # each batch is delivered before ``deliver`` returns: nothing to commit later
     committed: Checkpoint | None = None  # the sink keeps the checkpoint in a file

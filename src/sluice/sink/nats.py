@@ -127,6 +127,7 @@ class NatsTarget:
     delivery: Delivery = "exactly-once"
     keeps_checkpoint = False
     wants_bodies = True
+    holds_windows = True  # a batch may hold many windows: see holding.py
     wants_keys = False  # no field for the key text
     held = 0  # each batch is taken for good: nothing waits for a commit
 

@@ -145,6 +145,7 @@ class RedisTarget:
     delivery: Delivery = "exactly-once"
     keeps_checkpoint = False
     wants_bodies = True
+    holds_windows = True  # a batch may hold many windows: see holding.py
     held = 0  # each batch is taken for good: nothing waits for a commit
 
     def __init__(self, config: SinkConfig) -> None:

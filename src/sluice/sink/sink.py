@@ -24,6 +24,7 @@ from sluice.client.consumer import RecordWindow
 from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError, RelayUnavailable, SluiceError
 from sluice.sink.config import SinkConfig, redact
+from sluice.sink.holding import Holding
 from sluice.sink.shape import Shaper, ShapeSettings, check_template, origin_of
 from sluice.sink.target import HeldWindowsLost, Target, TargetUnavailable
 from sluice.sink.targets import open_target, route_template, target_kind
@@ -88,6 +89,10 @@ class Sink:
                 f"a {self.target.kind} target needs --checkpoint-dir: the sink keeps its "
                 "checkpoint there (database targets keep it in a table of their own)"
             )
+        if getattr(self.target, "holds_windows", False):
+            assert config.checkpoint_dir is not None
+            store = FileCheckpointStore(config.checkpoint_dir, config.name)
+            self.target = Holding(self.target, store, config.commit_rows)
         self.bodies = kind.bodies
         self._shape_settings({})  # bad filters, column patterns, formats: fail before starting
         self.client: AsyncClient | None = None

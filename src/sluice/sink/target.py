@@ -97,7 +97,10 @@ class Target(Protocol):
     delivery: Delivery
     keeps_checkpoint: bool
     wants_bodies: bool  # False: table targets, which take images, not formatted bodies
-    held: int  # windows taken but not yet committed (``commit`` commits them); 0 for most
+
+    @property
+    def held(self) -> int: ...  # windows taken, not yet committed (``commit`` commits them)
+
     committed: Checkpoint | None  # targets that keep the checkpoint: the one committed
 
     async def start(self) -> None: ...

@@ -1,0 +1,128 @@
+"""``Holding``: whole windows for a broker held briefly and delivered together, with the
+sink's checkpoint file written only after the broker took them.
+
+A broker target acknowledges each batch after its broker did (JetStream acks, Redis replies,
+RabbitMQ confirms): one round trip per window when windows are small. Held, many windows go in
+one batch (their changes in order, ids unchanged, so the broker's own dedupe still applies), at
+least every ``commit_interval_s`` or ``commit_rows``. The checkpoint file is then the target's:
+written after each delivered group, never ahead of what the broker has; a group that fails is
+``HeldWindowsLost`` (the sink reads it again from the file's checkpoint, and the broker drops
+what it already had). Webhooks are not held: their batches are cut per window, and their
+``Idempotency-Key`` must name the same events when sent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sluice.client.checkpoints import FileCheckpointStore
+from sluice.core.checkpoint import Checkpoint
+from sluice.sink.target import Batch, Change, HeldWindowsLost, Target, TargetUnavailable
+
+
+class Holding:
+    """Wraps a target whose ``deliver`` takes a batch of several windows."""
+
+    keeps_checkpoint = True
+
+    def __init__(self, inner: Target, store: FileCheckpointStore, commit_rows: int) -> None:
+        self.inner, self.store, self.commit_rows = inner, store, commit_rows
+        self.kind, self.delivery = inner.kind, inner.delivery
+        self.wants_bodies = inner.wants_bodies
+        self.wants_keys = getattr(inner, "wants_keys", True)
+        self.committed: Checkpoint | None = None
+        self._buffer: list[Change] = []
+        self._last: Batch | None = None
+        self._buffered = 0
+        self._committing = 0
+        self._lock = asyncio.Lock()
+        self._poisoned = False  # a group failed: groups after it must not be delivered
+        self._generation = 0  # one more at each rollback: groups taken before it are stale
+        self.groups = 0
+
+    @property
+    def held(self) -> int:
+        return self._buffered + self._committing
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.inner.stats(), "held_windows": self.held, "groups": self.groups}
+
+    def interrupt(self) -> None:
+        interrupt = getattr(self.inner, "interrupt", None)
+        if interrupt is not None:
+            interrupt()
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def stop(self) -> None:
+        await self.inner.stop()
+
+    async def load_checkpoint(self) -> Checkpoint | None:
+        self.committed = self.store.load()
+        return self.committed
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        if self.held or self._poisoned:
+            return  # the next group writes a newer one
+        self.store.save(checkpoint)
+        self.committed = checkpoint
+
+    async def deliver(self, batch: Batch) -> None:
+        if batch.first and batch.last:
+            self._buffer.extend(batch.changes)
+            self._last = batch
+            self._buffered += 1
+            if len(self._buffer) >= self.commit_rows:
+                await self.commit()
+            return
+        await self.commit()  # a big window's pieces go as they come, after what is held
+        generation = self._generation
+        async with self._lock:
+            self._check(generation)
+            await self.inner.deliver(batch)
+            if batch.last and batch.checkpoint is not None:
+                self.store.save(batch.checkpoint)
+                self.committed = batch.checkpoint
+
+    async def commit(self) -> None:
+        if not self._buffered:
+            return
+        last = self._last
+        assert last is not None
+        group = Batch(last.scn, last.ts_ms, tuple(self._buffer), checkpoint=last.checkpoint)
+        held, generation = self._buffered, self._generation
+        self._discard()
+        self._committing += held
+        try:
+            async with self._lock:
+                self._check(generation)
+                try:
+                    await self.inner.deliver(group)
+                except TargetUnavailable as exc:
+                    self._poisoned = True
+                    self._discard()  # windows taken since are after the lost ones
+                    raise HeldWindowsLost(str(exc)) from exc
+                if group.checkpoint is not None:
+                    self.store.save(group.checkpoint)
+                    self.committed = group.checkpoint
+                self.groups += 1
+        finally:
+            self._committing -= held
+
+    def _check(self, generation: int) -> None:
+        if self._poisoned or generation != self._generation:
+            raise HeldWindowsLost("windows before these were lost; reading them again")
+
+    def _discard(self) -> None:
+        self._buffer, self._last, self._buffered = [], None, 0
+
+    async def rollback(self) -> None:
+        self._discard()
+        self._poisoned = False
+        self._generation += 1
+        await self.inner.rollback()
