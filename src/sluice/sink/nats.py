@@ -8,9 +8,9 @@ is refused, not stored there). A batch is delivered once JetStream acked every m
 
 Exactly once: JetStream drops a message whose ``Nats-Msg-Id`` it stored within the stream's
 duplicate window, so a batch sent again (after a failure, a restart, a SIGKILL before the
-checkpoint was saved) adds nothing. The sink saves its checkpoint after each window, so a
-replay is at most the window in flight; it repeats messages only if it comes after the window
-has passed (a sink down longer than that, or a stream with a shorter window). A bootstrap
+checkpoint was saved) adds nothing. The sink saves its checkpoint after each batch the broker
+took (``holding.py``), so a replay is at most the batch in flight; it repeats messages only if
+it comes after the window has passed (a sink down longer than that, or a stream with a shorter window). A bootstrap
 snapshot's rows have ids from the snapshot's SCN, their source and row number (``shape.py``).
 
 The stream is looked up at start; a missing one is made (file storage, a 2-minute
