@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 import uuid
 from pathlib import Path
 
@@ -30,12 +31,20 @@ def _name() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
 
 
-def _refuses(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except ConnectionRefusedError:
-        return True
-    return False
+def _refuses(port: int, within_s: float = 10.0) -> bool:
+    """The port refuses connections (within a few seconds: a killed process's sockets close
+    as the kernel reaps it, which a loaded machine does not do at once)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            return True
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def _processes_in(base_dir: Path) -> list[int]:
