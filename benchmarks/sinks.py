@@ -15,9 +15,8 @@ Run alone: ``python -m benchmarks.sinks``.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -27,9 +26,10 @@ from typing import Any
 from benchmarks.common import fill_small_table, table, write_results
 from sluice.client import Client, ClientConfig
 from sluice.core.event import Event, Window
+from sluice.relay import RelayConfig
+from sluice.sink import Sink, load_sink_config
 from sluice.testing import PrivateMariaDB, RelayThread
 from sluice.testing.postgres import PrivatePostgres
-from sluice.relay import RelayConfig
 
 COLUMNS = ["id", "a", "b", "c", "d"]
 BULK_WINDOWS = 100
@@ -73,12 +73,15 @@ def _wait_end(relay_url: str, conn: Any) -> int:
     return _max_scn(relay_url)
 
 
-def _sink(url: str, relay_url: str, after: int, work: Path, *extra: str) -> float:
-    """Seconds for ``sluice sink`` to deliver everything after ``after``."""
-    args = [sys.executable, "-m", "sluice.cli.main", "sink", "--to", url, "--relay", relay_url]
-    args += ["--since-scn", str(after), "--port", "0", "--until-caught-up", *extra]
+def _sink(url: str, relay_url: str, after: int, work: Path, **extra: Any) -> float:
+    """Seconds for a sink (in this process, as the baseline) to deliver everything after
+    ``after``, from its start (connecting to its target) to caught up."""
+    config = load_sink_config(
+        None, None, to=url, relays=[relay_url], since_scn=after, port=0,
+        checkpoint_dir=work / "checkpoints", **extra,
+    )  # fmt: skip
     began = time.perf_counter()
-    subprocess.run(args, check=True, capture_output=True, timeout=1800)
+    asyncio.run(Sink(config).run(until_caught_up=True))
     return time.perf_counter() - began
 
 

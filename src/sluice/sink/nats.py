@@ -10,8 +10,9 @@ Exactly once: JetStream drops a message whose ``Nats-Msg-Id`` it stored within t
 duplicate window, so a batch sent again (after a failure, a restart, a SIGKILL before the
 checkpoint was saved) adds nothing. The sink saves its checkpoint after each batch the broker
 took (``holding.py``), so a replay is at most the batch in flight; it repeats messages only if
-it comes after the window has passed (a sink down longer than that, or a stream with a shorter window). A bootstrap
-snapshot's rows have ids from the snapshot's SCN, their source and row number (``shape.py``).
+it comes after the window has passed (a sink down longer than that, or a stream with a shorter
+window). A bootstrap snapshot's rows have ids from the snapshot's SCN, their source and row
+number (``shape.py``).
 
 The stream is looked up at start; a missing one is made (file storage, a 2-minute
 ``duplicate_window``, JetStream's default) with subjects covering the template's routes: its

@@ -69,6 +69,7 @@ class SqlTarget:
         self._committing = 0  # windows whose transaction is running now
         self._held_rows = 0
         self._held_checkpoint: Checkpoint | None = None
+        self._inflight: asyncio.Task[None] | None = None  # a group committing meanwhile
         self._ready: set[tuple[str, int, str]] = set()  # (source, version, route) with DDL done
         self.commits = 0
         self.statements = 0
@@ -95,6 +96,8 @@ class SqlTarget:
         await self._run(self._connect)
 
     async def stop(self) -> None:
+        with contextlib.suppress(SluiceError):
+            await self._settle()  # what it held is read again next time
         await self._run(self._close)
         self._thread.shutdown(wait=True)
 
@@ -123,10 +126,18 @@ class SqlTarget:
             self._held_rows += len(batch.changes)
             self._held_checkpoint = batch.checkpoint or self._held_checkpoint
             if self._held_rows >= self.commit_rows:
-                await self.commit()
+                # the group commits while the next windows are shaped (one in flight at most)
+                await self._settle()
+                self._inflight = asyncio.create_task(self._commit_buffer())
             return
         await self.commit()  # the windows before it, in their own transaction
         await self._run(lambda: self._apply(batch))
+
+    async def _settle(self) -> None:
+        """Wait for the group in flight; its failure is raised here."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            await inflight
 
     def _plain(self, batch: Batch) -> bool:
         """A window that needs no DDL and starts no snapshot: it can wait in memory."""
@@ -144,6 +155,10 @@ class SqlTarget:
 
     async def commit(self) -> None:
         """Apply and commit the windows held in memory, in one transaction."""
+        await self._settle()
+        await self._commit_buffer()
+
+    async def _commit_buffer(self) -> None:
         if not self._buffered:
             return
         changes, checkpoint, held = self._buffer, self._held_checkpoint, self._buffered
@@ -160,6 +175,8 @@ class SqlTarget:
         self._held_checkpoint = None
 
     async def rollback(self) -> None:
+        with contextlib.suppress(SluiceError):
+            await self._settle()  # a group in flight is lost with the rest
         self._discard()  # only ever a lost group here: a failing commit raised already
 
         def rollback() -> None:
