@@ -168,7 +168,8 @@ def _pg_loop(pg: PrivatePostgres, database: str) -> _LoopConsumer:
 def _mariadb_loop(db: PrivateMariaDB, database: str) -> _LoopConsumer:
     conn = db.connect(database)
     with conn.cursor() as cur:
-        cur.execute(_CREATE.format(dec="DECIMAL(10,2)", ts="DATETIME").replace("b TEXT", "b LONGTEXT"))
+        create = _CREATE.format(dec="DECIMAL(10,2)", ts="DATETIME")
+        cur.execute(create.replace("b TEXT", "b LONGTEXT"))
     conn.commit()
     upsert = (
         "INSERT INTO t VALUES (%s, %s, %s, %s, %s) ON DUPLICATE KEY UPDATE a = VALUES(a), "

@@ -500,7 +500,7 @@ def test_a_new_sink_starts_from_the_snapshot(
 ) -> None:
     """``sluice sink --bootstrap``: a new replica is the snapshot, then the log after it;
     rows older than the relay's buffer arrive too."""
-    import sqlite3  # noqa: PLC0415
+    import sqlite3
 
     relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
     replica = tmp_path / "replica.db"

@@ -152,7 +152,7 @@ def test_canonical_values_roundtrip(
     before: tuple[Any, ...] | None, after: tuple[Any, ...] | None
 ) -> None:
     """The generated canonical decoder (sinks, Debezium) gives back what was encoded."""
-    from sluice.schemas.decoder import canonical_envelope  # noqa: PLC0415
+    from sluice.schemas.decoder import canonical_envelope
 
     payload = RowCodec(SCHEMA).encode(before, after)
     got = canonical_envelope(COLUMNS)(payload)
