@@ -57,7 +57,8 @@ def test_windows_go_together_and_the_file_follows(tmp_path: Path) -> None:
         for scn in (1, 2):
             await holding.deliver(_window(scn))
         assert holding.held == 2 and not inner.batches and store.load() is None
-        await holding.deliver(_window(3, 3))  # 5 changes: delivered at once
+        await holding.deliver(_window(3, 3))  # 5 changes: they go (in flight)
+        await holding.commit()  # ... and are settled here
         assert [len(b.changes) for b in inner.batches] == [5] and holding.held == 0
         assert inner.batches[0].checkpoint == Online(3) == store.load() == holding.committed
         await holding.deliver(_window(4))

@@ -14,10 +14,12 @@ what it already had). Webhooks are not held: their batches are cut per window, a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from sluice.client.checkpoints import FileCheckpointStore
 from sluice.core.checkpoint import Checkpoint
+from sluice.errors import SluiceError
 from sluice.sink.target import Batch, Change, HeldWindowsLost, Target, TargetUnavailable
 
 
@@ -39,6 +41,7 @@ class Holding:
         self._lock = asyncio.Lock()
         self._poisoned = False  # a group failed: groups after it must not be delivered
         self._generation = 0  # one more at each rollback: groups taken before it are stale
+        self._inflight: asyncio.Task[None] | None = None
         self.groups = 0
 
     @property
@@ -60,6 +63,8 @@ class Holding:
         await self.inner.start()
 
     async def stop(self) -> None:
+        with contextlib.suppress(SluiceError):
+            await self._settle()  # what it held is read again next time
         await self.inner.stop()
 
     async def load_checkpoint(self) -> Checkpoint | None:
@@ -78,7 +83,9 @@ class Holding:
             self._last = batch
             self._buffered += 1
             if len(self._buffer) >= self.commit_rows:
-                await self.commit()
+                # the group goes while the next windows are shaped (one in flight at most)
+                await self._settle()
+                self._inflight = asyncio.create_task(self._deliver_held())
             return
         await self.commit()  # a big window's pieces go as they come, after what is held
         generation = self._generation
@@ -89,7 +96,17 @@ class Holding:
                 self.store.save(batch.checkpoint)
                 self.committed = batch.checkpoint
 
+    async def _settle(self) -> None:
+        """Wait for the group in flight; its failure is raised here."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None:
+            await inflight
+
     async def commit(self) -> None:
+        await self._settle()
+        await self._deliver_held()
+
+    async def _deliver_held(self) -> None:
         if not self._buffered:
             return
         last = self._last
@@ -122,6 +139,8 @@ class Holding:
         self._buffer, self._last, self._buffered = [], None, 0
 
     async def rollback(self) -> None:
+        with contextlib.suppress(SluiceError):
+            await self._settle()  # a group in flight is lost with the rest
         self._discard()
         self._poisoned = False
         self._generation += 1
