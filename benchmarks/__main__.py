@@ -14,6 +14,8 @@ from benchmarks import (
     query,
     report,
     serving,
+    sink_brokers,
+    sinks,
     spark_path,
 )
 
@@ -43,6 +45,10 @@ def main() -> int:
     subprocess.run([sys.executable, "-m", "benchmarks.seed"], check=True)
     print("\n== query source: first pass and steady polling vs a plain SELECT ==")
     query.run()
+    print("\n== sinks: database replicas vs a batched loop of the same driver ==")
+    sinks.run()
+    print("\n== sinks: NATS, Redis, RabbitMQ, webhooks vs a loop of the same client ==")
+    sink_brokers.run()
     print("\n== targets ==")
     report.run()
     return 0

@@ -124,6 +124,10 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
         )
     pg_p99 = _load("pg_latency").get("sluice_relay_client", {}).get("p99_ms")
     add("PostgreSQL latency p99 <= 25 ms (issue 10)", pg_p99, 25.000001, below=True, unit=" ms")
+    # Issue 26: each sink against a batched loop of the same client library.
+    for name in ("sinks", "sink_brokers"):
+        for label, r in _load(name).get("targets", {}).items():
+            add(f"sink {label} >= 1.5x a batched loop of its client (issue 26)", r["ratio"], 1.5)
     return rows
 
 
