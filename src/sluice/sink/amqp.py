@@ -32,11 +32,10 @@ import aio_pika
 import aiormq.exceptions as amqp_errors
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 
-from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError, SluiceError
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.shape import CONTENT_TYPES
-from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
+from sluice.sink.target import Batch, Change, CheckpointInAFile, Delivery, TargetUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +106,13 @@ def _reported_here(record: logging.LogRecord) -> bool:
     return True
 
 
-class AmqpTarget:
+class AmqpTarget(CheckpointInAFile):
     kind = "amqp"
     delivery: Delivery = "at-least-once"
     keeps_checkpoint = False
     wants_bodies = True
     holds_windows = True  # a batch may hold many windows: see holding.py
     wants_keys = False  # no field for the key text
-    held = 0  # each batch is delivered before ``deliver`` returns: nothing to commit later
-    committed: Checkpoint | None = None  # the sink keeps the checkpoint in a file
 
     def __init__(self, config: SinkConfig) -> None:
         self.url = parse_amqp_url(config.target_url)
@@ -150,15 +147,6 @@ class AmqpTarget:
 
     async def stop(self) -> None:
         await self._drop()
-
-    async def load_checkpoint(self) -> Checkpoint | None:
-        return None  # the sink keeps it in a file
-
-    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        return None
-
-    async def commit(self) -> None:
-        return None
 
     async def rollback(self) -> None:
         return None  # nothing to undo: what was confirmed stays, the batch comes again

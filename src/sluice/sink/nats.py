@@ -45,11 +45,10 @@ from nats.aio.msg import Msg
 from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
-from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.shape import CONTENT_TYPES
-from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
+from sluice.sink.target import Batch, Change, CheckpointInAFile, Delivery, TargetUnavailable
 from sluice.sink.targets import route_template
 
 log = logging.getLogger(__name__)
@@ -123,14 +122,13 @@ def subject_matches(pattern: str, subject: str) -> bool:
     return len(want) == len(have)
 
 
-class NatsTarget:
+class NatsTarget(CheckpointInAFile):
     kind = "nats"
     delivery: Delivery = "exactly-once"
     keeps_checkpoint = False
     wants_bodies = True
     holds_windows = True  # a batch may hold many windows: see holding.py
     wants_keys = False  # no field for the key text
-    held = 0  # each batch is taken for good: nothing waits for a commit
 
     def __init__(self, config: SinkConfig) -> None:
         self.url = parse_nats_url(config.target_url)
@@ -169,15 +167,6 @@ class NatsTarget:
     async def stop(self) -> None:
         self._stopped = True
         await self._drop()
-
-    async def load_checkpoint(self) -> Checkpoint | None:
-        return None  # the sink keeps it in a file
-
-    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        return None
-
-    async def commit(self) -> None:
-        return None
 
     async def rollback(self) -> None:
         if self._nc is not None and not self._nc.is_connected:

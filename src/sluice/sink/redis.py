@@ -41,10 +41,9 @@ import redis.exceptions as errors
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError
 from sluice.sink.config import SinkConfig, redact
-from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
+from sluice.sink.target import Batch, Change, CheckpointInAFile, Delivery, TargetUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +139,12 @@ def entry_args(changes: Sequence[Change]) -> list[bytes | str]:
     return args
 
 
-class RedisTarget:
+class RedisTarget(CheckpointInAFile):
     kind = "redis"
     delivery: Delivery = "exactly-once"
     keeps_checkpoint = False
     wants_bodies = True
     holds_windows = True  # a batch may hold many windows: see holding.py
-    held = 0  # each batch is taken for good: nothing waits for a commit
 
     def __init__(self, config: SinkConfig) -> None:
         self.url = parse_redis_url(config.target_url)
@@ -189,15 +187,6 @@ class RedisTarget:
                 await client.aclose()
             except Exception as exc:  # a connection already gone: nothing left to release
                 log.debug("Redis close: %s", exc)
-
-    async def load_checkpoint(self) -> Checkpoint | None:
-        return None  # the sink keeps it in a file
-
-    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        return None
-
-    async def commit(self) -> None:
-        return None
 
     async def rollback(self) -> None:
         return None  # nothing is pending between batches

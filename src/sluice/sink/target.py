@@ -112,3 +112,20 @@ class Target(Protocol):
     async def rollback(self) -> None: ...
     def describe(self) -> str: ...  # the target without secrets, for logs and /stats
     def stats(self) -> dict[str, Any]: ...
+
+
+class CheckpointInAFile:
+    """For targets that keep no checkpoint of their own (brokers, webhooks): the sink keeps
+    it in a file; each batch is taken for good when ``deliver`` returns."""
+
+    held = 0
+    committed: Checkpoint | None = None
+
+    async def load_checkpoint(self) -> Checkpoint | None:
+        return None
+
+    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
+        return None
+
+    async def commit(self) -> None:
+        return None

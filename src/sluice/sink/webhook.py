@@ -47,11 +47,10 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError, SluiceError
 from sluice.files import write_atomically
 from sluice.sink.config import SinkConfig, redact
-from sluice.sink.target import Batch, Change, Delivery, TargetUnavailable
+from sluice.sink.target import Batch, Change, CheckpointInAFile, Delivery, TargetUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +99,12 @@ def describe_url(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}{parts.path}{'?…' if parts.query else ''}"
 
 
-class WebhookTarget:
+class WebhookTarget(CheckpointInAFile):
     kind = "http"
     delivery: Delivery = "at-least-once"
     keeps_checkpoint = False
     wants_bodies = True
     wants_keys = False  # no field for the key text
-    held = 0  # each batch is delivered before ``deliver`` returns: nothing to commit later
-    committed: Checkpoint | None = None  # the sink keeps the checkpoint in a file
 
     def __init__(self, config: SinkConfig) -> None:
         self._interrupted = asyncio.Event()
@@ -181,15 +178,6 @@ class WebhookTarget:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
-
-    async def load_checkpoint(self) -> Checkpoint | None:
-        return None  # the sink keeps it in a file
-
-    async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
-        return None
-
-    async def commit(self) -> None:
-        return None
 
     async def rollback(self) -> None:
         return None  # delivered chunks stay delivered; ``_done`` skips them on the retry
