@@ -69,6 +69,8 @@ def open_target(config: SinkConfig) -> Target:
     try:
         module = importlib.import_module(kind.module)
     except ImportError as exc:
+        if (exc.name or "").startswith("sluice"):
+            raise  # our own code, not a missing client library
         raise ConfigError(
             f"the {urlsplit(config.target_url).scheme}:// target needs {kind.package}: "
             f"pip install 'sluice[sinks]' ({exc})"
