@@ -291,6 +291,30 @@ def test_tail_with_bootstrap_from_the_beginning(
     assert json.loads(result.stdout.splitlines()[0])["op"] == "r"
 
 
+def test_a_new_sink_starts_from_the_snapshot(
+    pipeline: dict[str, Any], source_conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    """``sluice sink --bootstrap``: a new replica is the snapshot, then the log after it;
+    rows older than the relay's buffer arrive too. (Before the tests that make the bootstrap
+    log lag the relay: a consumer then waits for the bootstrap job, which is not running.)"""
+    import sqlite3
+
+    relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
+    replica = tmp_path / "replica.db"
+    args = ["sink", "--to", f"sqlite:///{replica}", "--relay", relay.url, "--port", "0"]
+    result = run_sluice(*args, "--bootstrap", server.url, "--until-caught-up", timeout=180)
+    assert result.returncode == 0, result.stderr
+    conn = sqlite3.connect(replica)
+    rows = {
+        json.dumps({"k": k}, separators=(",", ":")): {"k": k, "body": body, "grp": grp}
+        for k, body, grp in conn.execute("SELECT k, body, grp FROM kv")
+    }
+    checkpoint = conn.execute("SELECT checkpoint FROM sluice_sink_checkpoint").fetchone()[0]
+    conn.close()
+    assert rows == table_rows(source_conn, source)
+    assert json.loads(checkpoint)["phase"] == "online"
+
+
 def test_a_store_that_is_not_a_store(tmp_path: Path) -> None:
     import subprocess
 
@@ -493,26 +517,3 @@ def test_failing_folds_show_in_the_servers_health_and_recover(
     assert any(m.startswith("/healthz answers 503: the last ") for m in said), said
     status = BootstrapStore(str(store_dir)).fold_status()
     assert status is not None and status["running"] is False  # stopped cleanly
-
-
-def test_a_new_sink_starts_from_the_snapshot(
-    pipeline: dict[str, Any], source_conn: pymysql.Connection[Any], tmp_path: Path
-) -> None:
-    """``sluice sink --bootstrap``: a new replica is the snapshot, then the log after it;
-    rows older than the relay's buffer arrive too."""
-    import sqlite3
-
-    relay, server, source = pipeline["relay"], pipeline["server"], pipeline["source"]
-    replica = tmp_path / "replica.db"
-    args = ["sink", "--to", f"sqlite:///{replica}", "--relay", relay.url, "--port", "0"]
-    result = run_sluice(*args, "--bootstrap", server.url, "--until-caught-up", timeout=180)
-    assert result.returncode == 0, result.stderr
-    conn = sqlite3.connect(replica)
-    rows = {
-        json.dumps({"k": k}, separators=(",", ":")): {"k": k, "body": body, "grp": grp}
-        for k, body, grp in conn.execute("SELECT k, body, grp FROM kv")
-    }
-    checkpoint = conn.execute("SELECT checkpoint FROM sluice_sink_checkpoint").fetchone()[0]
-    conn.close()
-    assert rows == table_rows(source_conn, source)
-    assert json.loads(checkpoint)["phase"] == "online"
