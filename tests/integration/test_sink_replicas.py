@@ -32,6 +32,7 @@ from tests.integration.sink_support import (
 )
 from tests.integration.support import (
     create_database,
+    http_status,
     relay_config,
     run_sluice,
     wait_for,
@@ -195,7 +196,9 @@ def test_a_target_away_for_a_while_loses_nothing(
                 60,
                 "the sink to show its target down",
             )
-            health = wait_for(lambda: _status(sink.url + "/healthz") == 503, 10, "healthz 503")
+            health = wait_for(
+                lambda: http_status(sink.url + "/healthz")[0] == 503, 10, "healthz 503"
+            )
             assert health
             wait_for(lambda: time.monotonic() - started >= OUTAGE_S, OUTAGE_S + 5, "outage")
             blocker.execute("ROLLBACK")
@@ -203,31 +206,13 @@ def test_a_target_away_for_a_while_loses_nothing(
             more.join(120)
             stats = sink.wait_scn(wait_relay_caught_up(relay.url, conn))
             assert stats["target_up"] and stats["retries"] > 0
-            metrics = _text(sink.url + "/metrics")
+            metrics = http_status(sink.url + "/metrics")[1].decode()
             assert "sluice_sink_retries_total" in metrics
             assert_same_tables(conn, db, replica)
         finally:
             sink.stop()
     log = (tmp_path / "sink.log").read_text()
     assert "unavailable" in log or "lost the windows it held" in log
-
-
-def _status(url: str) -> int:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return int(resp.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-
-
-def _text(url: str) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return str(resp.read().decode())
 
 
 @pytest.mark.parametrize(

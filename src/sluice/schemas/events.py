@@ -58,6 +58,16 @@ def json_lines(record: bytes, codec_for: CodecLookup) -> Iterator[str]:
         )
 
 
+def json_line(scn: int, ts_ms: int, raw: wire.RawEvent, key: str, before: str, after: str) -> str:
+    """One event's JSON line from its parts' JSON texts: what ``json_lines`` yields (which
+    builds the same text with its window's parts made once)."""
+    return (
+        f'{{"scn": {scn}, "source": {_source_text(raw.source)}, "op": "{raw.op}", "key": {key}, '
+        f'"before": {before}, "after": {after}, "ts_ms": {ts_ms}, '
+        f'"schema_version": {raw.schema_version}}}'
+    )
+
+
 _sources: dict[str, str] = {}
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -90,6 +90,28 @@ def redact(url: str) -> str:
         return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
     except ValueError:
         return "<unparsable URL>"
+
+
+def split_target_url(
+    url: str, default_port: int, expected: str, options: tuple[str, ...]
+) -> tuple[SplitResult, int, list[tuple[str, str]]]:
+    """A target URL's parts, its port and its query parameters, or a one-line ``ConfigError``
+    naming the expected form (a bad port, no host, a parameter not in ``options``)."""
+    shown = redact(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port or default_port
+    except ValueError as exc:
+        raise ConfigError(f"--to {shown!r} is not a valid URL: {exc}; {expected}") from None
+    if not parts.hostname:
+        raise ConfigError(f"--to {shown!r}: {expected}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    for key, _ in query:
+        if key not in options:
+            raise ConfigError(
+                f"--to {shown!r}: unknown parameter {key!r}; use {', '.join(options)}"
+            )
+    return parts, port, query
 
 
 def load_sink_config(config_file: Path | None, name: str | None, **flags: Any) -> SinkConfig:

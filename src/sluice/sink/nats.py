@@ -37,7 +37,7 @@ import json
 import logging
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote
 
 import nats.errors
 from nats.aio.client import Client
@@ -46,7 +46,7 @@ from nats.js.api import StorageType, StreamConfig
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from sluice.errors import ConfigError
-from sluice.sink.config import SinkConfig, redact
+from sluice.sink.config import SinkConfig, redact, split_target_url
 from sluice.sink.shape import CONTENT_TYPES
 from sluice.sink.target import Batch, Change, CheckpointInAFile, Delivery, TargetUnavailable
 from sluice.sink.targets import route_template
@@ -73,22 +73,16 @@ def parse_nats_url(url: str) -> NatsUrl:
     """The target URL, or a one-line ``ConfigError``."""
     shown = redact(url)
     expected = "expected nats://[USER:PASSWORD@]HOST[:PORT]/STREAM[?subject=TEMPLATE]"
-    try:
-        parts = urlsplit(url)
-        port = parts.port or 4222
-    except ValueError as exc:
-        raise ConfigError(f"--to {shown!r} is not a valid URL: {exc}; {expected}") from None
+    parts, port, _ = split_target_url(url, 4222, expected, OWN_OPTIONS)
+    assert parts.hostname is not None
     stream = unquote(parts.path.strip("/"))
-    if not parts.hostname or not stream:
+    if not stream:
         raise ConfigError(f"--to {shown!r}: {expected}")
     if _BAD_NAME & set(stream):
         raise ConfigError(
             f"--to {shown!r}: stream name {stream!r} may not contain '.', '*', '>', '/', "
             "'\\' or spaces"
         )
-    for key, _ in parse_qsl(parts.query, keep_blank_values=True):
-        if key not in OWN_OPTIONS:
-            raise ConfigError(f"--to {shown!r}: unknown parameter {key!r}; use subject")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     user = unquote(parts.username) if parts.username is not None else None
     password = unquote(parts.password) if parts.password is not None else None
@@ -259,9 +253,8 @@ class NatsTarget(CheckpointInAFile):
         for change in batch.changes:
             if change.route not in self._routes:
                 self._check_route(change.route)
-        suffix = ""  # ids are unique as they are (snapshot rows too: see shape.py)
         for start in range(0, len(batch.changes), PIPELINE):
-            await self._publish(nc, batch.changes[start : start + PIPELINE], suffix)
+            await self._publish(nc, batch.changes[start : start + PIPELINE])
         self.batches += 1
 
     def _check_route(self, subject: str) -> None:
@@ -274,7 +267,7 @@ class NatsTarget(CheckpointInAFile):
             )
         self._routes.add(subject)
 
-    async def _publish(self, nc: Client, changes: tuple[Change, ...], suffix: str) -> None:
+    async def _publish(self, nc: Client, changes: tuple[Change, ...]) -> None:
         loop = asyncio.get_running_loop()
         tokens = [str(next(self._tokens)) for _ in changes]
         futures = [loop.create_future() for _ in changes]
@@ -283,7 +276,7 @@ class NatsTarget(CheckpointInAFile):
             for change, token in zip(changes, tokens, strict=True):
                 await nc.publish(
                     change.route, change.body, reply=f"{self._inbox}.{token}",
-                    headers=self._headers(change, suffix),
+                    headers=self._headers(change),
                 )  # fmt: skip
             acks = await asyncio.wait_for(asyncio.gather(*futures), self.timeout_s)
         except Exception as exc:
@@ -294,9 +287,9 @@ class NatsTarget(CheckpointInAFile):
                 future.cancel()  # no-op for the settled ones
         self._count(changes, acks)
 
-    def _headers(self, change: Change, suffix: str) -> dict[str, str]:
+    def _headers(self, change: Change) -> dict[str, str]:
         headers = change.headers()
-        headers["Nats-Msg-Id"] = change.id + suffix
+        headers["Nats-Msg-Id"] = change.id  # unique, snapshot rows too (shape.py)
         headers["Nats-Expected-Stream"] = self.url.stream
         headers["Content-Type"] = self.content_type
         return headers
@@ -313,6 +306,13 @@ class NatsTarget(CheckpointInAFile):
             else:
                 self.published += 1
                 reordered += failed is not None
+        duplicates = sum(1 for a in acks if a.get("duplicate"))
+        if duplicates:
+            log.warning(
+                "NATS stream %s already had %d of %d messages (a batch sent again after a "
+                "failure or a restart): it kept one of each",
+                self.url.stream, duplicates, len(changes),
+            )  # fmt: skip
         if failed is None:
             return
         change, error = failed

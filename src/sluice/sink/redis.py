@@ -34,7 +34,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote
 
 import redis.asyncio
 import redis.exceptions as errors
@@ -42,7 +42,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from sluice.errors import ConfigError
-from sluice.sink.config import SinkConfig, redact
+from sluice.sink.config import SinkConfig, redact, split_target_url
 from sluice.sink.target import Batch, Change, CheckpointInAFile, Delivery, TargetUnavailable
 
 log = logging.getLogger(__name__)
@@ -99,18 +99,12 @@ def parse_redis_url(url: str) -> RedisUrl:
     """The target URL, or a one-line ``ConfigError``."""
     shown = redact(url)
     expected = "expected redis://[USER:PASSWORD@]HOST[:PORT]/DB[?stream=TEMPLATE&maxlen=N]"
-    try:
-        parts = urlsplit(url)
-        port = parts.port or 6379
-    except ValueError as exc:
-        raise ConfigError(f"--to {shown!r} is not a valid URL: {exc}; {expected}") from None
+    parts, port, query = split_target_url(url, 6379, expected, OWN_OPTIONS)
     db_text = parts.path.strip("/") or "0"
-    if not parts.hostname or not db_text.isdigit():
+    if not db_text.isdigit():
         raise ConfigError(f"--to {shown!r}: {expected}")
     maxlen = None
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key not in OWN_OPTIONS:
-            raise ConfigError(f"--to {shown!r}: unknown parameter {key!r}; use stream, maxlen")
+    for key, value in query:
         if key == "maxlen":
             if not value.isdigit() or int(value) < 1:
                 raise ConfigError(
@@ -120,6 +114,7 @@ def parse_redis_url(url: str) -> RedisUrl:
     user = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
     host = parts.hostname
+    assert host is not None
     shown_host = f"[{host}]" if ":" in host else host
     display = f"redis://{user + '@' if user else ''}{shown_host}:{port}/{int(db_text)}"
     return RedisUrl(host, port, int(db_text), user, password, maxlen, display)
@@ -233,6 +228,11 @@ class RedisTarget(CheckpointInAFile):
             self.added += added
             self.duplicates += skipped
             self.streams.add(stream)
+            if skipped:
+                log.warning(
+                    "Redis stream %s already had %d entries of this batch (sent again after a "
+                    "failure or a restart): not written twice", stream, skipped,
+                )  # fmt: skip
         if failure is not None:
             raise failure
         self.batches += 1

@@ -11,6 +11,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from sluice.client.transport import RelayConnection
+from sluice.errors import SluiceError
 from sluice.sink.sink import Sink
 from sluice.web import errors_as_json, json_response, metrics_text, start_site
 
@@ -26,6 +28,7 @@ class SinkServer:
         self._runner: web.AppRunner | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.watch_error: str | None = None
+        self.relay_error: str | None = None
 
     async def start(self) -> SinkServer:
         if self._runner is not None:
@@ -65,24 +68,33 @@ class SinkServer:
         timeout = aiohttp.ClientTimeout(total=5)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
-                await self._relay_max_scn(session)
+                if self.sink.state == "running":  # lag means something once it delivers
+                    await self._relay_max_scn(session)
                 await self.sink.flush()
                 await asyncio.sleep(WATCH_S)
 
     async def _relay_max_scn(self, session: aiohttp.ClientSession) -> None:
-        for relay in self.sink.config.relays:
+        """The newest SCN a relay holds (the sink's lag); when none answers, ``/stats`` says
+        why (``relay_stats_error``) and the lag stays the last one known."""
+        problems = []
+        for url in self.sink.config.relays:
             try:
-                async with session.get(relay.rstrip("/") + "/stats") as response:
-                    if response.status == 200:
-                        self.sink.relay_max_scn = int((await response.json())["max_scn"])
-                        return
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
-                continue
+                stats = await RelayConnection(url, session).get_json("/stats")
+                self.sink.relay_max_scn = int(stats["max_scn"])
+                self.relay_error = None
+                return
+            except (SluiceError, TimeoutError, KeyError, TypeError, ValueError) as exc:
+                problems.append(str(exc) if isinstance(exc, SluiceError) else f"{url}: {exc!r}")
+        error = "; ".join(problems)
+        if error != self.relay_error:
+            log.warning("no relay answered /stats (lag unknown): %s", error)
+        self.relay_error = error
 
     # -- handlers ----------------------------------------------------------------------------
     def _stats(self) -> dict[str, Any]:
         stats = self.sink.stats()
         stats["watch_error"] = self.watch_error
+        stats["relay_stats_error"] = self.relay_error
         return stats
 
     async def stats(self, request: web.Request) -> web.Response:
@@ -111,12 +123,19 @@ class SinkServer:
                 ("windows_total", "counter", s["windows"]),
                 ("filtered_events_total", "counter", s["filtered_events"]),
                 ("retries_total", "counter", s["retries"]),
+                ("rewinds_total", "counter", s["rewinds"]),
                 ("dead_letters_total", "counter", s["target_stats"].get("dead_letters", 0)),
                 ("checkpoint_scn", "gauge", s["checkpoint_scn"] or 0),
                 ("lag_scn", "gauge", s["lag_scn"] or 0),
                 ("lag_seconds", "gauge", lag_s),
                 ("events_per_second", "gauge", s["events_per_s"]),
                 ("target_up", "gauge", int(s["target_up"])),
+                # the target's own counters (statements, published, duplicates, posts...)
+                *(
+                    (f"target_{name}", "gauge", value)
+                    for name, value in sorted(s["target_stats"].items())
+                    if isinstance(value, int | float) and not isinstance(value, bool)
+                ),
             ],
         )
         return web.Response(text=text, content_type="text/plain")

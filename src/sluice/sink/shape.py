@@ -24,6 +24,7 @@ from sluice.schemas.avro import RowCodec, TableSchema
 from sluice.schemas.columns import KIND
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.decoder import canonical_envelope
+from sluice.schemas.events import json_line
 from sluice.sink.expr import Expression, parse_filter
 from sluice.sink.target import Batch, Change
 
@@ -145,6 +146,8 @@ class _TableShape:
                 if name in index  # excluded columns can still be filtered on
             ]
         self.json_values = [KIND[col.kind].canonical_json() for col in columns]
+        db, table = split_source(full.source)  # the filter's @source @db @table, made once
+        self.meta: dict[str, Any] = {"source": full.source, "db": db, "table": table}
         self.debezium = debezium
         # Images are decoded only where something reads them: tables, the filter, JSON
         # bodies without some columns (else the body comes straight from Avro).
@@ -250,7 +253,7 @@ class Shaper:
             before, after = shape.images(raw.payload)
         op = raw.op
         if shape.expression is not None:
-            meta = _meta(raw.source, op, scn)
+            meta = {**shape.meta, "op": op, "scn": scn}
             if not shape.matches(after if after is not None else before, meta):
                 if not (before is not None and shape.matches(before, meta)):
                     self.filtered += 1
@@ -287,8 +290,8 @@ class Shaper:
             return self._debezium_body(window, raw, shape)
         if shape.all_columns:  # the relay's own JSON text, straight from Avro
             key_text, before_text, after_text = shape.codec.decode_text(raw.payload)
-            return _json_line(
-                window.scn, raw, key_text, before_text, after_text, window.ts_ms
+            return json_line(
+                window.scn, window.ts_ms, raw, key_text, before_text, after_text
             ).encode()
         event = {
             "scn": window.scn,
@@ -324,24 +327,4 @@ class Shaper:
             return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
         if fmt == "avro":
             return b""
-        return _json_line(window.scn, raw, "null", "null", "null", window.ts_ms).encode()
-
-
-def _meta(source: str, op: str, scn: int) -> dict[str, Any]:
-    db, table = split_source(source)
-    return {"op": op, "source": source, "db": db, "table": table, "scn": scn}
-
-
-_SOURCE_TEXT: dict[str, str] = {}
-
-
-def _json_line(scn: int, raw: wire.RawEvent, key: str, before: str, after: str, ts_ms: int) -> str:
-    """Exactly the relay's ``format=json`` line of the event (``schemas.events.json_lines``)."""
-    source = _SOURCE_TEXT.get(raw.source)
-    if source is None:
-        source = _SOURCE_TEXT[raw.source] = json.dumps(raw.source, ensure_ascii=False)
-    return (
-        f'{{"scn": {scn}, "source": {source}, "op": "{raw.op}", "key": {key}, '
-        f'"before": {before}, "after": {after}, "ts_ms": {ts_ms}, '
-        f'"schema_version": {raw.schema_version}}}'
-    )
+        return json_line(window.scn, window.ts_ms, raw, "null", "null", "null").encode()

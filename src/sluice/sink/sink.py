@@ -21,6 +21,7 @@ import aiohttp
 from sluice.client import AsyncClient, ClientConfig, FileCheckpointStore, RetryPolicy
 from sluice.client.checkpoints import CheckpointStore
 from sluice.client.consumer import RecordWindow
+from sluice.client.transport import RelayConnection
 from sluice.core.checkpoint import Checkpoint
 from sluice.errors import ConfigError, RelayUnavailable, SluiceError
 from sluice.sink.config import SinkConfig, redact
@@ -145,6 +146,11 @@ class Sink:
         except SluiceError as exc:
             self.state, self.error = "failed", str(exc)
             raise
+        except Exception as exc:  # a client library's surprise: one line, the trace in the log
+            log.debug("sink %s failed", self.config.name, exc_info=True)
+            self.state = "failed"
+            self.error = f"target {self.target.describe()}: {type(exc).__name__}: {exc}"
+            raise SinkFailed(self.error + " (run with -vv for the trace)") from exc
         finally:
             if self.state != "failed":
                 self.state = "stopped"
@@ -156,7 +162,7 @@ class Sink:
             await self.target.stop()
 
     async def _follow(self, until_caught_up: bool) -> int:
-        """One client from the checkpoint the target (or the file) holds."""
+        """The client, from the checkpoint the target (or the file) holds."""
         self.store = await self._checkpoint_store()
         self.client = AsyncClient(self._client_config(), _Consumer(self), self.store)
         if self._stop.is_set():
@@ -208,25 +214,24 @@ class Sink:
         return FileCheckpointStore(self.config.checkpoint_dir, self.config.name)
 
     async def _source_info(self) -> dict[str, Any]:
-        """The relay's ``/sources`` block (Debezium's source fields, the message id origin)."""
-        attempt = 0
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-            while True:
-                for relay in self.config.relays:
+        """The relay's ``/sources`` block (Debezium's source fields, the message id origin),
+        from the first relay that answers; retried with backoff, each failure said."""
+        started, attempt = time.monotonic(), 0
+        timeout = aiohttp.ClientTimeout(total=10)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while not self._stop.is_set():
+                for url in self.config.relays:
                     try:
-                        async with session.get(relay.rstrip("/") + "/sources") as response:
-                            if response.status == 200:
-                                body = await response.json()
-                                return dict(body.get("source") or {})
-                    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                        log.warning("relay %s does not answer (%s); retrying", relay, exc)
+                        body = await RelayConnection(url, session).get_json("/sources")
+                        return dict(body.get("source") or {})
+                    except (SluiceError, TimeoutError) as exc:
+                        log.warning("relay %s: no /sources (%s); retrying", url, exc)
                 attempt += 1
                 limit = self.config.give_up_after_s
-                if limit is not None and attempt * self.config.retry_initial_s > limit:
+                if limit is not None and time.monotonic() - started >= limit:
                     raise RelayUnavailable(f"no relay answered: {', '.join(self.config.relays)}")
                 await self._wait(self._delay(attempt))
-                if self._stop.is_set():
-                    return {}
+        return {}
 
     # -- delivering ------------------------------------------------------------------------------
     async def deliver(self, window: RecordWindow) -> None:
@@ -357,7 +362,8 @@ class Sink:
             except HeldWindowsLost as exc:
                 await self._lost(exc)
                 return
-            except TargetUnavailable:
+            except TargetUnavailable as exc:
+                self._unreachable(exc)
                 return
         store = self.store
         if (
@@ -368,10 +374,21 @@ class Sink:
             and not self._suspect
         ):
             pending = store.pending
-            with contextlib.suppress(TargetUnavailable):
+            try:
                 await self.target.save_checkpoint(pending)
-                if store.pending == pending:
-                    store.pending = None
+            except TargetUnavailable as exc:  # tried again next second; shown meanwhile
+                self._unreachable(exc)
+                return
+            if store.pending == pending:
+                store.pending = None
+
+    def _unreachable(self, exc: SluiceError) -> None:
+        """A write outside a window failed (retried by the next flush): shown, not waited."""
+        if self.target_down_since is None:
+            self.target_down_since = time.monotonic()
+            log.warning("target %s unavailable (%s); trying again", self.target.describe(), exc)
+        self.target_error = str(exc)
+        self.retries += 1
 
     async def _down(self, exc: SluiceError, attempt: int) -> None:
         self.retries += 1
@@ -426,7 +443,7 @@ class Sink:
         checkpoint = self.client.checkpoint if self.client is not None else None
         delivered = checkpoint.scn if checkpoint is not None else None
         if self.target.keeps_checkpoint:  # what the target committed, not what it holds
-            checkpoint = getattr(self.target, "committed", None)
+            checkpoint = self.target.committed
         scn = checkpoint.scn if checkpoint is not None else None
         lag_scn = None
         if self.relay_max_scn is not None and scn is not None:

@@ -83,6 +83,16 @@ class Engine(ABC):
         names = ", ".join(self.quote(c) for c in columns)
         return f"INSERT INTO {table} ({names}) VALUES ({', '.join([self.param] * len(columns))})"
 
+    def on_conflict(self, columns: Sequence[str], key: Sequence[str]) -> str:
+        """``ON CONFLICT (key) DO UPDATE SET c = excluded.c, ...`` (PostgreSQL, SQLite)."""
+        rest = [self.quote(c) for c in columns if c not in key]
+        conflict = ", ".join(self.quote(k) for k in key)
+        if not rest:
+            return f"ON CONFLICT ({conflict}) DO NOTHING"
+        return f"ON CONFLICT ({conflict}) DO UPDATE SET " + ", ".join(
+            f"{c} = excluded.{c}" for c in rest
+        )
+
     @abstractmethod
     def delete_one_sql(self, table: str, columns: Sequence[str], nulls: Sequence[bool]) -> str:
         """Delete one row equal to an image (a table without a key)."""
@@ -109,15 +119,7 @@ class Postgres(Engine):
 
     def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
         names = ", ".join(self.quote(c) for c in columns)
-        rest = [c for c in columns if c not in key]
-        action = (
-            "DO UPDATE SET "
-            + ", ".join(f"{self.quote(c)} = EXCLUDED.{self.quote(c)}" for c in rest)
-            if rest
-            else "DO NOTHING"
-        )
-        conflict = ", ".join(self.quote(k) for k in key)
-        return f"INSERT INTO {table} ({names}) VALUES %s ON CONFLICT ({conflict}) {action}"
+        return f"INSERT INTO {table} ({names}) VALUES %s " + self.on_conflict(columns, key)
 
     def delete_one_sql(self, table: str, columns: Sequence[str], nulls: Sequence[bool]) -> str:
         where = " AND ".join(
@@ -250,15 +252,7 @@ class Sqlite(Engine):
         return KIND[col.kind].canonical_json()  # the JSON mapping's text (dates, decimals)
 
     def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
-        rest = [c for c in columns if c not in key]
-        action = (
-            "DO UPDATE SET "
-            + ", ".join(f"{self.quote(c)} = excluded.{self.quote(c)}" for c in rest)
-            if rest
-            else "DO NOTHING"
-        )
-        conflict = ", ".join(self.quote(k) for k in key)
-        return f"{self.insert_sql(table, columns)} ON CONFLICT ({conflict}) {action}"
+        return f"{self.insert_sql(table, columns)} " + self.on_conflict(columns, key)
 
     def delete_one_sql(self, table: str, columns: Sequence[str], nulls: Sequence[bool]) -> str:
         where = " AND ".join(f"{self.quote(c)} IS ?" for c in columns)

@@ -40,7 +40,7 @@ class _Replay(TargetUnavailable):
 
 
 class SqlTarget:
-    kind = "sql"
+    kind: str  # the engine's name
     delivery: Delivery = "exactly-once"
     keeps_checkpoint = True
     wants_bodies = False
