@@ -15,16 +15,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from sluice.client import RecordWindow
 from sluice.core import wire
 from sluice.core.checkpoint import Snapshot
 from sluice.core.names import split_source
 from sluice.errors import ConfigError
+from sluice.schemas.arrow_decoder import never_undecodable
 from sluice.schemas.avro import RowCodec, TableSchema
 from sluice.schemas.columns import KIND
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.decoder import canonical_envelope
 from sluice.schemas.events import json_line
+from sluice.sink.columnar import Columnar, TablePart, payload_spans
 from sluice.sink.expr import Expression, parse_filter
 from sluice.sink.target import Batch, Change
 
@@ -72,6 +76,7 @@ class ShapeSettings:
     bodies: bool = True  # False: table targets take images, not formatted bodies
     keys: bool = True  # the canonical key text on each change (Redis's ``key`` field)
     filtered_as_deletes: bool = False  # table targets: a row leaving the filter is deleted
+    columnar: bool = False  # table targets that decode whole windows (``Batch.columns``)
     parsed: dict[str, Expression | None] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -198,6 +203,42 @@ class Shaper:
             self._debezium = DebeziumWindows(dict(source_info), options)
 
     def batch(self, window: RecordWindow) -> Batch:
+        if self.settings.columnar and window.first_seq == 0 and window.last:
+            columns = self._columnar(window)
+            if columns is not None:
+                return Batch(
+                    window.scn, window.ts_ms, (), checkpoint=window.checkpoint, columns=columns
+                )
+        return self._rows(window)
+
+    def _columnar(self, window: RecordWindow) -> Columnar | None:
+        """The window as payload spans per table, when no event needs shaping on its own."""
+        spans = payload_spans(window.record)
+        if spans is None:
+            return None
+        by_table, events = spans
+        parts = []
+        for (source, version), starts in by_table.items():
+            shape = self._table(window, source, version)
+            route = self._columnar_route(shape)
+            if route is None:
+                return None
+            schema = shape.schema
+            parts.append(
+                TablePart(source, shape.codec.schema, schema, tuple(shape.keep), route,
+                          np.asarray(starts, dtype=np.int64))
+            )  # fmt: skip
+        return Columnar(window.record, tuple(parts), events, lambda: self._rows(window).changes)
+
+    def _columnar_route(self, shape: _TableShape) -> str | None:
+        """The table's one route, when its events need nothing each (else None)."""
+        full = shape.codec.schema
+        if shape.expression is not None or not full.primary_key or not never_undecodable(full):
+            return None
+        routes = {self.route(full.source, op) for op in ("c", "u", "d", "r")}
+        return routes.pop() if len(routes) == 1 else None  # an {op} route: per event
+
+    def _rows(self, window: RecordWindow) -> Batch:
         changes = []
         first, tag = window.first_seq, ""
         snapshot = window.checkpoint

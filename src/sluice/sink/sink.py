@@ -205,6 +205,7 @@ class Sink:
             bodies=self.bodies,
             keys=getattr(self.target, "wants_keys", True),
             filtered_as_deletes=not self.bodies,
+            columnar=getattr(self.target, "takes_columns", False),
         )
 
     async def _checkpoint_store(self) -> CheckpointStore:
@@ -278,7 +279,7 @@ class Sink:
         if batch.last:
             self.windows += 1
             self.last_scn, self.last_ts_ms = batch.scn, batch.ts_ms
-        self.events += len(batch.changes)
+        self.events += batch.events
         self.rate.add(self.events)
         if batch.last and isinstance(self.store, TargetCheckpoints):
             self.store.pending = None  # committed with the window

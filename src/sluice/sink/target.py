@@ -18,12 +18,15 @@ Invariants a target keeps, and the sink relies on:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sluice.core.checkpoint import Checkpoint
 from sluice.core.event import Op
 from sluice.errors import SluiceError
 from sluice.schemas.avro import TableSchema
+
+if TYPE_CHECKING:
+    from sluice.sink.columnar import Columnar
 
 Delivery = Literal["exactly-once", "at-least-once"]
 
@@ -87,6 +90,13 @@ class Batch:
     first: bool = True
     last: bool = True
     checkpoint: Checkpoint | None = None  # on the last piece: where the sink stands after it
+    # Table targets that take them (``takes_columns``): the whole window as payload spans per
+    # table instead of ``changes`` (which is then empty); ``columns.rows()`` shapes it anyway.
+    columns: Columnar | None = None
+
+    @property
+    def events(self) -> int:
+        return len(self.changes) if self.columns is None else self.columns.events
 
 
 class Target(Protocol):

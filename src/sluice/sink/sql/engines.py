@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from sluice.schemas.columns import KIND, Column
 
 Convert = Callable[[Any], Any]
@@ -56,6 +58,13 @@ class Engine(ABC):
     @abstractmethod
     def converter(self, col: Column) -> Convert:
         """A canonical value (what capture decoded) -> the driver's parameter."""
+
+    def arrow_type(self, col: Column) -> pa.DataType | None:
+        """An Arrow type whose Python values are the converter's (the bulk path casts a
+        column of canonical values to it), or None: the converter runs per value."""
+        return self.arrow_types.get(col.kind)
+
+    arrow_types: dict[str, pa.DataType] = {}
 
     def create_table(self, table: str, columns: Sequence[Column], key: Sequence[str]) -> str:
         defs = [
@@ -103,6 +112,13 @@ class Engine(ABC):
 
 class Postgres(Engine):
     name = "postgresql"
+    arrow_types = {
+        "bool": pa.bool_(),
+        "time": pa.duration("us"),
+        "date": pa.date32(),
+        "datetime": pa.timestamp("us"),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
@@ -115,7 +131,7 @@ class Postgres(Engine):
         return _PG_TYPES[col.kind]
 
     def converter(self, col: Column) -> Convert:
-        return _PG_CONVERT.get(col.kind, _same)
+        return _PG_CONVERT.get(col.kind, same)
 
     def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
         names = ", ".join(self.quote(c) for c in columns)
@@ -129,7 +145,7 @@ class Postgres(Engine):
         return f"DELETE FROM {table} WHERE ctid IN (SELECT ctid FROM {table} WHERE {where} LIMIT 1)"
 
 
-def _same(value: Any) -> Any:
+def same(value: Any) -> Any:
     return value
 
 
@@ -165,6 +181,12 @@ _PG_CONVERT: dict[str, Convert] = {
 
 class MariaDB(Engine):
     name = "mariadb"
+    arrow_types = {
+        "time": pa.duration("us"),
+        "date": pa.date32(),
+        "datetime": pa.timestamp("us"),
+        "timestamp": pa.timestamp("us"),
+    }
     ddl_commits = True
     table_options = " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
     KEY_BYTES = 3072  # InnoDB's limit for one index
@@ -187,7 +209,7 @@ class MariaDB(Engine):
     def converter(self, col: Column) -> Convert:
         if col.kind == "decimal" and not (1 <= col.precision <= 65 and col.scale <= 30):
             return str
-        return _MARIADB_CONVERT.get(col.kind, _same)
+        return _MARIADB_CONVERT.get(col.kind, same)
 
     def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
         rest = [c for c in columns if c not in key] or list(key[:1])
@@ -244,7 +266,7 @@ class Sqlite(Engine):
 
     def converter(self, col: Column) -> Convert:
         if col.kind in ("bytes", "geometry", "float", "double", "json"):
-            return _same
+            return same
         if col.kind == "set":
             return _json_list
         if col.kind == "uint64":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -21,8 +22,10 @@ from typing import Any, TypeVar
 
 from sluice.core.checkpoint import Checkpoint, Snapshot, decode_checkpoint, encode_checkpoint
 from sluice.errors import ConfigError, SluiceError
+from sluice.schemas.arrow_decoder import ArrowDecoder
 from sluice.schemas.avro import TableSchema
 from sluice.sink.config import SinkConfig
+from sluice.sink.sql.bulk import BulkKeyed, HeldColumns, bulk_steps
 from sluice.sink.sql.connect import DatabaseUrl, connect, is_down, parse_database_url, refusal
 from sluice.sink.sql.engines import Convert, Postgres, Sqlite
 from sluice.sink.sql.plan import Clear, KeyedChanges, KeylessChange, Step, plan
@@ -39,11 +42,22 @@ class _Replay(TargetUnavailable):
     rolled back and read again from its first piece (the DDL is in place by then)."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Group:
+    """Held windows taken for one transaction."""
+
+    changes: list[Change]
+    columns: HeldColumns | None
+    checkpoint: Checkpoint | None
+    windows: int
+
+
 class SqlTarget:
     kind: str  # the engine's name
     delivery: Delivery = "exactly-once"
     keeps_checkpoint = True
     wants_bodies = False
+    takes_columns = True  # whole windows as payload spans: decoded per group with Arrow
 
     def __init__(self, config: SinkConfig) -> None:
         self.commit_rows = config.commit_rows
@@ -65,6 +79,8 @@ class SqlTarget:
         # On the loop: whole windows held in memory until ``commit`` applies them together
         # in one transaction with the newest one's checkpoint (their net effect per key).
         self._buffer: list[Change] = []
+        self._held_columns: HeldColumns | None = None  # or columnar windows (never both)
+        self._decoders: dict[tuple[str, int], ArrowDecoder] = {}
         self._buffered = 0  # windows in the buffer
         self._committing = 0  # windows whose transaction is running now
         self._held_rows = 0
@@ -120,15 +136,22 @@ class SqlTarget:
         await self._run(save)
 
     async def deliver(self, batch: Batch) -> None:
-        if batch.first and batch.last and self._plain(batch):
-            self._buffer.extend(batch.changes)
+        plain = batch.first and batch.last and self._plain(batch)
+        if batch.columns is not None and not plain:  # DDL or a snapshot start: per event
+            batch = dataclasses.replace(batch, changes=batch.columns.rows(), columns=None)
+            plain = self._plain(batch)
+        if plain:
+            if not self._fits(batch):  # what is held commits first, in its own transaction
+                await self._settle()
+                self._commit_in_background()
+            self._hold(batch)
             self._buffered += 1
-            self._held_rows += len(batch.changes)
+            self._held_rows += batch.events
             self._held_checkpoint = batch.checkpoint or self._held_checkpoint
             if self._held_rows >= self.commit_rows:
                 # the group commits while the next windows are shaped (one in flight at most)
                 await self._settle()
-                self._inflight = asyncio.create_task(self._commit_buffer())
+                self._commit_in_background()
             return
         await self.commit()  # the windows before it, in their own transaction
         await self._run(lambda: self._apply(batch))
@@ -143,10 +166,30 @@ class SqlTarget:
         """A window that needs no DDL and starts no snapshot: it can wait in memory."""
         if self._snapshot_starts(batch.checkpoint):
             return False
+        if batch.columns is not None:
+            parts = batch.columns.parts
+            return all((p.source, p.schema.version, p.route) in self._ready for p in parts)
         return all(
             c.schema is None or (c.source, c.schema.version, c.route) in self._ready
             for c in batch.changes
         )
+
+    def _fits(self, batch: Batch) -> bool:
+        """Whether the window can join the held ones: rows and columnar windows are held
+        apart (their order matters per table), and one schema version per table."""
+        if batch.columns is None:
+            return self._held_columns is None
+        held = self._held_columns
+        return not self._buffer and (held is None or held.fits(batch.columns))
+
+    def _hold(self, batch: Batch) -> None:
+        if batch.columns is None:
+            self._buffer.extend(batch.changes)
+            return
+        if self._held_columns is None:
+            self._held_columns = HeldColumns()
+        table_of = {p.source: self._qualified(p.route) for p in batch.columns.parts}
+        self._held_columns.add(batch.columns, table_of)
 
     @property
     def held(self) -> int:
@@ -156,21 +199,34 @@ class SqlTarget:
     async def commit(self) -> None:
         """Apply and commit the windows held in memory, in one transaction."""
         await self._settle()
-        await self._commit_buffer()
+        group = self._take()
+        if group is not None:
+            await self._commit_taken(group)
 
-    async def _commit_buffer(self) -> None:
+    def _commit_in_background(self) -> None:
+        group = self._take()
+        if group is not None:
+            self._inflight = asyncio.create_task(self._commit_taken(group))
+
+    def _take(self) -> _Group | None:
+        """The held windows, out of the buffer at once (so a window that comes while their
+        commit waits to start cannot join them)."""
         if not self._buffered:
-            return
-        changes, checkpoint, held = self._buffer, self._held_checkpoint, self._buffered
+            return None
+        group = _Group(self._buffer, self._held_columns, self._held_checkpoint, self._buffered)
         self._discard()
-        self._committing += held
+        self._committing += group.windows
+        return group
+
+    async def _commit_taken(self, group: _Group) -> None:
         try:
-            await self._run(lambda: self._apply_held(changes, checkpoint), held=held)
+            work = lambda: self._apply_held(group.changes, group.columns, group.checkpoint)  # noqa: E731
+            await self._run(work, held=group.windows)
         finally:
-            self._committing -= held
+            self._committing -= group.windows
 
     def _discard(self) -> None:
-        self._buffer = []
+        self._buffer, self._held_columns = [], None
         self._buffered = self._held_rows = 0
         self._held_checkpoint = None
 
@@ -313,11 +369,13 @@ class SqlTarget:
             if batch.checkpoint is not None:
                 self.committed = batch.checkpoint
 
-    def _apply_held(self, changes: list[Change], checkpoint: Checkpoint | None) -> None:
+    def _apply_held(
+        self, changes: list[Change], columns: HeldColumns | None, checkpoint: Checkpoint | None
+    ) -> None:
         """Windows held in memory, as one transaction: their net effect, the checkpoint."""
         self._check_poison()
         try:
-            self._commit_group(changes, checkpoint)
+            self._commit_group(changes, columns, checkpoint)
         except BaseException:
             self._poisoned = True  # jobs already queued behind this one are after its windows
             raise
@@ -326,15 +384,22 @@ class SqlTarget:
         if self._poisoned:
             raise HeldWindowsLost("windows before these were lost; reading them again")
 
-    def _commit_group(self, changes: list[Change], checkpoint: Checkpoint | None) -> None:
+    def _commit_group(
+        self, changes: list[Change], columns: HeldColumns | None, checkpoint: Checkpoint | None
+    ) -> None:
         conn = self._connection()
-        table_of = {c.source: self._qualified(c.route) for c in changes}
         self._begin(conn)
         self._open = True
         cur = conn.cursor()
-        for step in plan(changes, table_of):
-            self._step(cur, step)
-        self._written.update(table_of.values())
+        if columns is not None:
+            for bulk in bulk_steps(columns, self.engine, self._decoders):
+                self._bulk(cur, bulk)
+                self._written.add(bulk.table)
+        else:
+            table_of = {c.source: self._qualified(c.route) for c in changes}
+            for step in plan(changes, table_of):
+                self._step(cur, step)
+            self._written.update(table_of.values())
         if checkpoint is not None:
             self._write_checkpoint(cur, checkpoint)
         conn.commit()
@@ -388,6 +453,19 @@ class SqlTarget:
                 self._execute_values(cur, sql, rows)
             else:
                 self._execute(cur, sql, rows)
+
+    def _bulk(self, cur: Any, step: BulkKeyed) -> None:
+        """A held group's net effect on one table: the statements ``_keyed`` runs."""
+        key = list(step.schema.primary_key)
+        if step.deletes:
+            self._execute(cur, self.engine.delete_sql(step.table, key), step.deletes)
+        if step.upserts:
+            names = [c.name for c in step.schema.columns]
+            sql = self.engine.upsert_sql(step.table, names, key)
+            if isinstance(self.engine, Postgres):
+                self._execute_values(cur, sql, step.upserts)
+            else:
+                self._execute(cur, sql, step.upserts)
 
     def _key_converters(self, step: KeyedChanges) -> list[Convert]:
         names, converters = self._converters_of(step.schema)
