@@ -159,6 +159,7 @@ def test_a_replica_equals_the_source_after_two_sigkills(
             run_with_kills(conn, sink, 300)
             stats = sink.wait_scn(wait_relay_caught_up(relay.url, conn))
             assert stats["delivery"] == "exactly-once" and stats["target_up"]
+            assert stats["target_stats"]["bulk_windows"] > 0  # the columnar path ran too
             assert_same_tables(conn, db, replica)
         finally:
             sink.stop()

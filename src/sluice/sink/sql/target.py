@@ -88,6 +88,7 @@ class SqlTarget:
         self._inflight: asyncio.Task[None] | None = None  # a group committing meanwhile
         self._ready: set[tuple[str, int, str]] = set()  # (source, version, route) with DDL done
         self.commits = 0
+        self.bulk_windows = 0  # windows applied through the columnar (Arrow) path
         self.statements = 0
         self.rows = 0
         self.ddl = 0
@@ -99,6 +100,7 @@ class SqlTarget:
     def stats(self) -> dict[str, Any]:
         return {
             "commits": self.commits,
+            "bulk_windows": self.bulk_windows,
             "held_windows": self.held,
             "statements": self.statements,
             "rows": self.rows,
@@ -186,6 +188,7 @@ class SqlTarget:
         if batch.columns is None:
             self._buffer.extend(batch.changes)
             return
+        self.bulk_windows += 1
         if self._held_columns is None:
             self._held_columns = HeldColumns()
         table_of = {p.source: self._qualified(p.route) for p in batch.columns.parts}
