@@ -56,23 +56,35 @@ SNAPSHOT_INDEX_BITS = 12
 PASSING = ("BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
            "NOREPLICAS", "NOSCRIPT", "max number of clients")  # fmt: skip
 
-# KEYS[1]: the stream; ARGV[1]: MAXLEN ('' for none); then per entry its ID and 6 values.
+# KEYS[1]: the stream; ARGV[1]: MAXLEN ('' for none); then per entry its ID (SCN-INDEX), body,
+# key and "meta" (OP SCHEMA_VERSION SOURCE, the same text for many entries: parsed once).
+# Four arguments an entry rather than one per field: packing arguments is most of the
+# client's work per entry.
 XADD_IN_ORDER = """
 local cmd = {'XADD', KEYS[1]}
 if ARGV[1] ~= '' then cmd = {'XADD', KEYS[1], 'MAXLEN', '~', ARGV[1]} end
 local n = #cmd
-local names = {'value', 'key', 'op', 'source', 'scn', 'schema_version'}
+local metas = {}
 local added, skipped = 0, 0
-for i = 2, #ARGV, 7 do
-  cmd[n + 1] = ARGV[i]
-  for f = 1, 6 do
-    cmd[n + 2 * f] = names[f]
-    cmd[n + 2 * f + 1] = ARGV[i + f]
+for i = 2, #ARGV, 4 do
+  local id, meta = ARGV[i], ARGV[i + 3]
+  local m = metas[meta]
+  if m == nil then
+    local sp = string.find(meta, ' ', 3, true)
+    m = {string.sub(meta, 1, 1), string.sub(meta, 3, sp - 1), string.sub(meta, sp + 1)}
+    metas[meta] = m
   end
+  cmd[n + 1] = id
+  cmd[n + 2], cmd[n + 3] = 'value', ARGV[i + 1]
+  cmd[n + 4], cmd[n + 5] = 'key', ARGV[i + 2]
+  cmd[n + 6], cmd[n + 7] = 'op', m[1]
+  cmd[n + 8], cmd[n + 9] = 'source', m[3]
+  cmd[n + 10], cmd[n + 11] = 'scn', string.sub(id, 1, string.find(id, '-', 1, true) - 1)
+  cmd[n + 12], cmd[n + 13] = 'schema_version', m[2]
   local r = redis.pcall(unpack(cmd))
   if type(r) == 'table' and r.err then
     if not string.find(r.err, 'equal or smaller', 1, true) then
-      return redis.error_reply(r.err .. ' (entry ' .. ARGV[i] .. ', after ' .. added ..
+      return redis.error_reply(r.err .. ' (entry ' .. id .. ', after ' .. added ..
         ' added)')
     end
     skipped = skipped + 1
@@ -120,17 +132,22 @@ def parse_redis_url(url: str) -> RedisUrl:
     return RedisUrl(host, port, int(db_text), user, password, maxlen, display)
 
 
-def entry_id(change: Change) -> str:
-    """``SCN-INDEX`` (a snapshot row's index rises with its row number: ``shape.py``)."""
-    return f"{change.scn}-{change.index}"
+_metas: dict[tuple[str, str, int], bytes] = {}
 
 
 def entry_args(changes: Sequence[Change]) -> list[bytes | str]:
-    """The script's arguments for one stream's entries, in order."""
+    """The script's arguments for one stream's entries, in order; an entry's ID is
+    ``SCN-INDEX`` (a snapshot row's index rises with its row number: ``shape.py``)."""
     args: list[bytes | str] = []
     for c in changes:
-        args += [entry_id(c), c.body, c.key or "", c.op, c.source, str(c.scn),
-                 str(c.schema_version)]  # fmt: skip
+        meta = _metas.get((c.op, c.source, c.schema_version))
+        if meta is None:
+            if len(_metas) > 4096:
+                _metas.clear()
+            meta = _metas[(c.op, c.source, c.schema_version)] = (
+                f"{c.op} {c.schema_version} {c.source}".encode()
+            )
+        args += [f"{c.scn}-{c.index}".encode(), c.body, c.key or b"", meta]
     return args
 
 
