@@ -1,0 +1,223 @@
+"""JSON text of many rows at once from Arrow columns (``arrow_decoder.Images``): what the
+generated text decoder (``RowCodec.decode_text``) writes, one Arrow kernel per column and
+piece instead of Python per value.
+
+Each column's value text is built by Arrow (integers cast, dates and times formatted, strings
+JSON-escaped by substring replacement, decimals from their digits) or, for the few kinds whose
+text Arrow cannot give exactly (floats' shortest repr, base64, JSON documents, strings with
+rare control characters), by the row decoder's own converter per value.
+``tests/unit/test_arrow_json.py`` checks every kind against ``decode_text``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Sequence
+from json.encoder import encode_basestring
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluice.schemas.arrow_decoder import Images
+from sluice.schemas.avro import TableSchema
+from sluice.schemas.columns import KIND, Column, date_text, datetime_text, time_text
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_DAY_MICROS = 86_400_000_000
+# date_text's range: 0001-01-01 .. 9999-12-31 as days since 1970
+_MIN_DAY, _MAX_DAY = -719_162, 2_932_896
+# What encode_basestring escapes by name; any other control character takes the row path.
+_ESCAPES = (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
+            ("\b", "\\b"), ("\f", "\\f"))  # fmt: skip
+_OTHER_CONTROL = "[\\x00-\\x07\\x0b\\x0e-\\x1f]"
+_NULL = pa.scalar("null")
+
+Text = Callable[[pa.Array], pa.Array]
+
+
+def _join(*parts: pa.Array | pa.Scalar | str) -> pa.Array:
+    scalars = [pa.scalar(p) if isinstance(p, str) else p for p in parts]
+    return pc.binary_join_element_wise(*scalars, pa.scalar(""))
+
+
+def _quoted(text: pa.Array) -> pa.Array:
+    return _join('"', text, '"')
+
+
+def _pad(values: pa.Array | np.ndarray, width: int) -> pa.Array:
+    return pc.utf8_lpad(pa.array(values).cast(pa.string()), width=width, padding="0")
+
+
+def _per_value(convert: Callable[[Any], str]) -> Text:
+    def text(arr: pa.Array) -> pa.Array:
+        return pa.array([None if v is None else convert(v) for v in arr.to_pylist()], pa.string())
+
+    return text
+
+
+def _number(arr: pa.Array) -> pa.Array:
+    return arr.cast(pa.string())
+
+
+def _bool(arr: pa.Array) -> pa.Array:
+    return pc.if_else(pc.not_equal(arr, 0), "true", "false")
+
+
+def _date_only(days: np.ndarray) -> pa.Array:
+    return pc.strftime(pa.array(days.astype(np.int32)).cast(pa.date32()), format="%Y-%m-%d")
+
+
+def _in_range(days: np.ndarray) -> bool:
+    return bool(((days >= _MIN_DAY) & (days <= _MAX_DAY)).all())
+
+
+def _values(arr: pa.Array) -> np.ndarray:
+    return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _date(arr: pa.Array) -> pa.Array:
+    days = _values(arr)
+    if not _in_range(days):
+        return _quoted(_per_value(date_text)(arr))  # its error, as the row path raises it
+    return _quoted(_masked(_date_only(days), arr))
+
+
+def _datetime(suffix: str) -> Text:
+    def text(arr: pa.Array) -> pa.Array:
+        micros = _values(arr)
+        seconds, frac = np.divmod(micros, 1_000_000)
+        if not _in_range(np.floor_divide(micros, _DAY_MICROS)):
+            return _quoted(_per_value(lambda v: datetime_text(v) + suffix)(arr))
+        stamp = pc.strftime(pa.array(seconds).cast(pa.timestamp("s")), format="%Y-%m-%dT%H:%M:%S")
+        fraction = pc.if_else(pa.array(frac != 0), _join(".", _pad(frac, 6)), "")
+        return _quoted(_masked(_join(stamp, fraction, suffix), arr))
+
+    return text
+
+
+def _time(arr: pa.Array) -> pa.Array:
+    micros = _values(arr)
+    if (micros == np.iinfo(np.int64).min).any():  # no int64 magnitude: the row path's text
+        return _quoted(_per_value(time_text)(arr))
+    seconds, frac = np.divmod(np.abs(micros), 1_000_000)
+    minutes, sec = np.divmod(seconds, 60)
+    hours, minute = np.divmod(minutes, 60)
+    sign = pc.if_else(pa.array(micros < 0), "-", "")
+    fraction = pc.if_else(pa.array(frac != 0), _join(".", _pad(frac, 6)), "")
+    text = _join(sign, _pad(hours, 2), ":", _pad(minute, 2), ":", _pad(sec, 2), fraction)
+    return _quoted(_masked(text, arr))
+
+
+def _decimal(scale: int, quoted: bool) -> Text:
+    def text(arr: pa.Array) -> pa.Array:
+        unscaled = _unscaled(arr)
+        digits = _pad(np.abs(unscaled), scale + 1)
+        if scale:
+            digits = _join(
+                pc.utf8_slice_codeunits(digits, 0, -scale),
+                ".",
+                pc.utf8_slice_codeunits(digits, -scale),
+            )
+        sign = pc.if_else(pa.array(unscaled < 0), "-", "")
+        value = _masked(_join(sign, digits), arr)
+        return _quoted(value) if quoted else value
+
+    return text
+
+
+def _unscaled(arr: pa.Array) -> np.ndarray:
+    """The int64 unscaled values of a decimal128 column (``arrow_decoder`` builds them so)."""
+    data = np.frombuffer(arr.buffers()[1], dtype=np.int64)
+    offset = arr.offset * 2
+    return data[offset : offset + 2 * len(arr) : 2]
+
+
+def _string(arr: pa.Array) -> pa.Array:
+    escaped = arr
+    for char, escape in _ESCAPES:
+        escaped = pc.replace_substring(escaped, char, escape)
+    odd = pc.match_substring_regex(escaped, _OTHER_CONTROL).fill_null(False)
+    if pc.any(odd).as_py():
+        rows = arr.to_pylist()
+        fixed = [None if v is None else encode_basestring(v) for v in rows]
+        return pa.array(fixed, pa.string())
+    return _quoted(escaped)
+
+
+def _masked(text: pa.Array, arr: pa.Array) -> pa.Array:
+    """Nulls where the column is null (the text of a filled-in 0 is dropped)."""
+    if not arr.null_count:
+        return text
+    return pc.if_else(arr.is_valid(), text, pa.scalar(None, pa.string()))
+
+
+def _column_text(col: Column) -> Text:
+    kind = KIND[col.kind]
+    if kind.wire == "long":
+        return {
+            "date": _date,
+            "datetime": _datetime(""),
+            "timestamp": _datetime("Z"),
+            "time": _time,
+        }.get(col.kind, _bool if kind.json == "bool" else _number)
+    if kind.wire == "decimal":
+        if kind.json == "value":  # uint64: a bare number
+            return _decimal(0, quoted=False)
+        return _decimal(col.scale, quoted=True)
+    if kind.wire == "string" and kind.json == "string":
+        return _string
+    if kind.wire == "double":
+        return _per_value(_ENCODER.encode)
+    if kind.wire == "string":  # json: the document re-serialized, as the row path does
+        return _per_value(lambda v: _ENCODER.encode(json.loads(v)))
+    if kind.wire == "bytes":
+        return _per_value(lambda v: '"' + base64.b64encode(v).decode("ascii") + '"')
+    raise ValueError(f"no Arrow text for {col.kind}")
+
+
+class ArrowJson:
+    """The row, key and canonical-key JSON texts of a schema version's decoded images."""
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        self.texts = [_column_text(c) for c in schema.columns]
+        names = [encode_basestring(c.name) for c in schema.columns]
+        self.heads = ["{" + names[0] + ": "] + [", " + n + ": " for n in names[1:]]
+        index = {c.name: i for i, c in enumerate(schema.columns)}
+        self.key = [(encode_basestring(n), index[n]) for n in schema.primary_key]
+        self.canonical = [(encode_basestring(n), index[n]) for n in sorted(schema.primary_key)]
+
+    def texts_of(self, images: Images) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+        """Per payload: (key, before, after, canonical key) JSON texts; ``null`` where absent
+        (the key: of the after image, else the before image)."""
+        before = [t(a).fill_null(_NULL) for t, a in zip(self.texts, images.before, strict=True)]
+        after = [t(a).fill_null(_NULL) for t, a in zip(self.texts, images.after, strict=True)]
+        has_after = pa.array(images.has_after)
+        rows = []
+        for values, has in ((before, images.has_before), (after, images.has_after)):
+            parts = [p for head, v in zip(self.heads, values, strict=True) for p in (head, v)]
+            rows.append(pc.if_else(pa.array(has), _join(*parts, "}"), _NULL))
+        if not self.key:
+            nulls = pa.array(["null"] * len(has_after), pa.string())
+            return nulls, rows[0], rows[1], nulls
+        keyed = [pc.if_else(has_after, after[i], before[i]) for _, i in self.key]
+        key = _join(*_pairs([n for n, _ in self.key], keyed, "{", ", ", ": "), "}")
+        by_name = dict(zip((i for _, i in self.key), keyed, strict=True))
+        canonical = _join(
+            *_pairs([n for n, _ in self.canonical], [by_name[i] for _, i in self.canonical],
+                    "{", ",", ":"),
+            "}",
+        )  # fmt: skip
+        return key, rows[0], rows[1], canonical
+
+
+def _pairs(
+    names: Sequence[str], values: Sequence[pa.Array], first: str, sep: str, colon: str
+) -> list[pa.Array | str]:
+    out: list[pa.Array | str] = []
+    for n, (name, value) in enumerate(zip(names, values, strict=True)):
+        out += [(first if n == 0 else sep) + name + colon, value]
+    return out

@@ -1,0 +1,72 @@
+"""Arrow's JSON texts of decoded images are exactly the row decoder's (``decode_text``), on
+every kind it takes: rows, the key, and the canonical key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.schemas import Column, RowCodec, TableSchema
+from sluice.schemas.arrow_decoder import ArrowDecoder
+from sluice.schemas.arrow_json import ArrowJson
+from tests.unit.test_arrow_decoder import KINDS
+from tests.unit.test_arrow_decoder import _fill as _filled
+
+TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=8)
+# the decoder test's kinds, with the texts JSON escapes and dates within date_text's range
+JSON_KINDS = [
+    (k, src, {"string": TEXT, "json": st.just('{"a": [1, 2.5, "x"]}')}.get(k, v), p, s)
+    for k, src, v, p, s in KINDS
+]
+JSON_KINDS = [
+    (k, src, st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999)
+     if k in ("datetime", "timestamp") else v, p, s)
+    for k, src, v, p, s in JSON_KINDS
+]  # fmt: skip
+
+
+def _fill(i: int, value: Any, nullable: bool) -> Any:
+    if value is None and JSON_KINDS[i][0] == "json" and not (nullable and i > 0):
+        return "{}"  # a NOT NULL JSON column holds a document
+    return _filled(i, value, nullable)
+
+
+def _schema(nullable: bool, key: tuple[str, ...]) -> TableSchema:
+    columns = tuple(
+        Column(f"c{i}", kind, nullable and i > 0, source, precision, scale)
+        for i, (kind, source, _, precision, scale) in enumerate(JSON_KINDS)
+    )
+    return TableSchema("db.t", 1, columns, key)
+
+
+image = st.one_of(st.none(), st.tuples(*(st.one_of(st.none(), v) for _, _, v, _, _ in JSON_KINDS)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(image, image), min_size=1, max_size=20),
+    st.booleans(),
+    st.sampled_from([(), ("c0",), ("c11", "c0", "c4")]),
+)
+def test_texts_equal_the_row_decoder(
+    events: list[tuple[Any, Any]], nullable: bool, key: tuple[str, ...]
+) -> None:
+    schema = _schema(nullable, key)
+    codec = RowCodec(schema)
+    payloads = []
+    for pair in events:
+        images = [None if img is None else [_fill(i, v, nullable) for i, v in enumerate(img)]
+                  for img in pair]  # fmt: skip
+        if images == [None, None]:
+            images[1] = [_fill(i, None, False) for i in range(len(JSON_KINDS))]
+        payloads.append(codec.encode(*images))
+    starts = np.cumsum([0] + [len(p) for p in payloads[:-1]])
+    decoded = ArrowDecoder(schema).images(np.frombuffer(b"".join(payloads), np.uint8), starts)
+    texts = [t.to_pylist() for t in ArrowJson(schema).texts_of(decoded)]
+    for n, payload in enumerate(payloads):
+        want = codec.decode_text(payload)
+        assert (texts[0][n], texts[1][n], texts[2][n]) == want
+        assert texts[3][n] == codec.decode_text(payload, canonical_key=True)[0]
