@@ -192,3 +192,40 @@ def test_snapshot_rows_get_ids_from_their_source_and_row_number() -> None:
             seen.add(change.id)
             last_index = change.index
     assert len(seen) == 4
+
+
+def test_big_windows_get_the_same_changes_from_the_arrow_path() -> None:
+    """Windows of BULK_EVENTS or more build JSON bodies and keys with Arrow: every field of
+    every change equals the per-event path's, ids and snapshot indexes included."""
+    from sluice.core.checkpoint import Snapshot
+    from sluice.sink.shape import BULK_EVENTS
+
+    events: list[tuple[str, str, Any, Any]] = []
+    for i in range(BULK_EVENTS + 6):
+        events += [
+            ("shop.orders", "c", None, _row(i, 'q"\\\n\x01é', f"{i}.25")),
+            ("shop.orders", "u", _row(i), [i, "paid", None, None]),
+            ("shop.log", "c", None, [None if i % 3 else f"line {i}"]),
+        ]
+    events.append(("shop.orders", "d", _row(3), None))
+    window = _window(*events)
+    snapshot = RecordWindow(
+        window.scn, window.ts_ms, window.record, window.codec_for, 0, True,
+        Snapshot(window.scn, "shop.orders", 5),
+    )  # fmt: skip
+    for w in (window, snapshot):
+        for keys in (True, False):
+            shaper = Shaper(ShapeSettings(origin="o1", route="{table}.{op}", keys=keys), {})
+            assert shaper._json_changes(w) is not None  # the Arrow path takes it
+            assert shaper.batch(w) == shaper._rows(w)
+
+
+def test_windows_with_a_truncate_or_a_filter_are_shaped_per_event() -> None:
+    from sluice.sink.shape import BULK_EVENTS
+
+    rows = [("shop.orders", "c", None, _row(i)) for i in range(BULK_EVENTS)]
+    truncated = _window(*rows, ("shop.orders", "t", None, None))
+    assert Shaper(ShapeSettings(), {})._json_changes(truncated) is None
+    filtered = Shaper(ShapeSettings(filter="id > 3"), {})
+    assert filtered._json_changes(_window(*rows)) is None
+    assert len(filtered.batch(_window(*rows)).changes) == BULK_EVENTS - 4

@@ -9,13 +9,18 @@ starts a snapshot) asks for those ``Change``s instead (``Columnar.rows``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.core import wire
 from sluice.core.event import TRUNCATE
+from sluice.schemas.arrow_decoder import ArrowDecoder
+from sluice.schemas.arrow_json import ArrowJson
 from sluice.schemas.avro import TableSchema
 from sluice.sink.target import Change
 
@@ -61,3 +66,70 @@ def payload_spans(record: bytes) -> tuple[dict[tuple[str, int], list[int]], int]
         pos += size
     by_name = {(raw.decode(), version): starts for (raw, version), starts in spans.items()}
     return by_name, header.n_events
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpans:
+    """A window's row events, reading headers only: its table versions, the payload starts
+    of each, and per event (its table's number, its op)."""
+
+    tables: list[tuple[str, int]]
+    starts: list[list[int]]
+    ops: list[list[str]]  # per table, as starts
+    events: list[tuple[int, str]]
+
+
+def event_spans(record: bytes) -> EventSpans | None:
+    """None when the window holds a truncate (shaped event by event)."""
+    header = wire.read_window_header(record)
+    unpack, head = wire.EVENT_HEADER.unpack_from, wire.EVENT_HEADER_SIZE
+    numbers: dict[tuple[bytes, int], int] = {}
+    starts: list[list[int]] = []
+    ops: list[list[str]] = []
+    events: list[tuple[int, str]] = []
+    pos = wire.WINDOW_HEADER_SIZE
+    for _ in range(header.n_events):
+        size, _hash, op, src_len, version = unpack(record, pos)
+        if op == TRUNCATE or size < head + src_len:
+            return None
+        start = pos + head + src_len
+        table = (record[pos + head : start], version)
+        number = numbers.get(table)
+        if number is None:
+            number = numbers[table] = len(starts)
+            starts.append([])
+            ops.append([])
+        letter = chr(op)
+        starts[number].append(start)
+        ops[number].append(letter)
+        events.append((number, letter))
+        pos += size
+    tables = [(raw.decode(), version) for raw, version in numbers]
+    return EventSpans(tables, starts, ops, events)
+
+
+class JsonBodies:
+    """Sluice JSON lines (what ``schemas.events.json_line`` writes) and canonical keys of
+    one table version's payloads in a window, built with Arrow."""
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        self.decoder = ArrowDecoder(schema)
+        self.texts = ArrowJson(schema)
+        source = json.dumps(schema.source, ensure_ascii=False)
+        self.source = f', "source": {source}, "op": "'
+
+    def lines(
+        self, record: bytes, scn: int, ts_ms: int, starts: list[int], ops: list[str]
+    ) -> tuple[list[bytes], list[str]]:
+        """(bodies, canonical keys) in the order of ``starts``; ``Undecodable`` passes."""
+        images = self.decoder.images(np.frombuffer(record, dtype=np.uint8), starts)
+        key, before, after, canonical = self.texts.texts_of(images)
+        tail = f', "ts_ms": {ts_ms}, "schema_version": {self.schema.version}}}'
+        parts = [
+            pa.scalar(f'{{"scn": {scn}{self.source}'), pa.array(ops, pa.string()),
+            pa.scalar('", "key": '), key, pa.scalar(', "before": '), before,
+            pa.scalar(', "after": '), after, pa.scalar(tail),
+        ]  # fmt: skip
+        lines = pc.binary_join_element_wise(*parts, pa.scalar(""))
+        return lines.cast(pa.binary()).to_pylist(), canonical.to_pylist()

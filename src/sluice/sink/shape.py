@@ -22,13 +22,13 @@ from sluice.core import wire
 from sluice.core.checkpoint import Snapshot
 from sluice.core.names import split_source
 from sluice.errors import ConfigError
-from sluice.schemas.arrow_decoder import never_undecodable
+from sluice.schemas.arrow_decoder import Undecodable, arrow_decodable, never_undecodable
 from sluice.schemas.avro import RowCodec, TableSchema
 from sluice.schemas.columns import KIND
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.decoder import canonical_envelope
 from sluice.schemas.events import json_line
-from sluice.sink.columnar import Columnar, TablePart, payload_spans
+from sluice.sink.columnar import Columnar, JsonBodies, TablePart, event_spans, payload_spans
 from sluice.sink.expr import Expression, parse_filter
 from sluice.sink.target import Batch, Change
 
@@ -39,6 +39,9 @@ ROUTE_FIELDS = ("source", "db", "table", "op")
 # generation above); a snapshot window has at most 2**12 rows (the bootstrap sends 500).
 SNAPSHOT_ROWS = (1 << 48) - 1
 SNAPSHOT_INDEX_BITS = 12
+# Windows of at least this many events get their JSON bodies from Arrow (below it, Arrow's
+# fixed cost per window outweighs the row decoder's cost per event).
+BULK_EVENTS = 64
 
 
 def check_template(template: str, what: str = "route") -> str:
@@ -154,6 +157,7 @@ class _TableShape:
         db, table = split_source(full.source)  # the filter's @source @db @table, made once
         self.meta: dict[str, Any] = {"source": full.source, "db": db, "table": table}
         self.debezium = debezium
+        self._json_bodies: JsonBodies | None = None
         # Images are decoded only where something reads them: tables, the filter, JSON
         # bodies without some columns (else the body comes straight from Avro).
         self.images_needed = (
@@ -161,6 +165,12 @@ class _TableShape:
             or self.expression is not None
             or (settings.format == "json" and not self.all_columns)
         )
+
+    def json_bodies(self) -> JsonBodies | None:
+        """The Arrow builder of this version's JSON lines (None: a kind it cannot read)."""
+        if self._json_bodies is None and arrow_decodable(self.codec.schema):
+            self._json_bodies = JsonBodies(self.codec.schema)
+        return self._json_bodies
 
     def project(self, image: list[Any] | None) -> list[Any] | None:
         if image is None or self.all_columns:
@@ -198,6 +208,7 @@ class Shaper:
         self._tables: dict[tuple[str, int], _TableShape] = {}
         self._routes: dict[tuple[str, str], str] = {}
         self._debezium: DebeziumWindows | None = None
+        self._json_bulk = settings.bodies and settings.format == "json"
         if settings.format == "debezium" and settings.bodies:
             options = DebeziumOptions.parse(dict(settings.debezium))
             self._debezium = DebeziumWindows(dict(source_info), options)
@@ -209,7 +220,60 @@ class Shaper:
                 return Batch(
                     window.scn, window.ts_ms, (), checkpoint=window.checkpoint, columns=columns
                 )
+        if self._json_bulk and wire.read_window_header(window.record).n_events >= BULK_EVENTS:
+            changes = self._json_changes(window)
+            if changes is not None:
+                return Batch(
+                    window.scn, window.ts_ms, changes, first=window.first_seq == 0,
+                    last=window.last, checkpoint=window.checkpoint,
+                )  # fmt: skip
         return self._rows(window)
+
+    def _json_changes(self, window: RecordWindow) -> tuple[Change, ...] | None:
+        """A window's changes with Sluice JSON bodies built per table with Arrow, when no
+        event needs shaping on its own (no truncate, filter or dropped column)."""
+        spans = event_spans(window.record)
+        if spans is None:
+            return None
+        scn, ts_ms, keys_wanted = window.scn, window.ts_ms, self.settings.keys
+        tables: list[tuple[str, int, TableSchema, list[bytes], list[str] | None]] = []
+        for (source, version), starts, ops in zip(
+            spans.tables, spans.starts, spans.ops, strict=True
+        ):
+            shape = self._table(window, source, version)
+            coder = shape.json_bodies()
+            if coder is None or shape.expression is not None or not shape.all_columns:
+                return None
+            try:
+                bodies, keys = coder.lines(window.record, scn, ts_ms, starts, ops)
+            except Undecodable:
+                return None
+            keyed = keys_wanted and bool(shape.schema.primary_key)
+            tables.append((source, version, shape.schema, bodies, keys if keyed else None))
+        first, tag = self._index_base(window)
+        ident = f"{self.settings.origin}-{scn}-{tag}"
+        cursors = [0] * len(tables)
+        changes = []
+        for i, (number, op) in enumerate(spans.events):
+            j = cursors[number]
+            cursors[number] = j + 1
+            source, version, schema, bodies, texts = tables[number]
+            index = first + i
+            changes.append(
+                Change(scn, index, source, op, ts_ms, version, schema,  # type: ignore[arg-type]
+                       None if texts is None else texts[j], None, None, self.route(source, op),
+                       f"{ident}{index}", bodies[j])
+            )  # fmt: skip
+        return tuple(changes)
+
+    def _index_base(self, window: RecordWindow) -> tuple[int, str]:
+        """The first event's index, and the id's tag: a snapshot's windows all carry its SCN
+        and count their rows from 0, so there the index rises with the window's row cursor
+        instead, and ids name the source."""
+        snapshot = window.checkpoint
+        if isinstance(snapshot, Snapshot) and snapshot.row >= 0:
+            return (snapshot.row & SNAPSHOT_ROWS) << SNAPSHOT_INDEX_BITS, f"{snapshot.source}-"
+        return window.first_seq, ""
 
     def _columnar(self, window: RecordWindow) -> Columnar | None:
         """The window as payload spans per table, when no event needs shaping on its own."""
@@ -240,13 +304,7 @@ class Shaper:
 
     def _rows(self, window: RecordWindow) -> Batch:
         changes = []
-        first, tag = window.first_seq, ""
-        snapshot = window.checkpoint
-        if isinstance(snapshot, Snapshot) and snapshot.row >= 0:
-            # A snapshot's windows all carry its SCN and count their rows from 0: the index
-            # rises with the window's row cursor instead, and ids name the source.
-            first = (snapshot.row & SNAPSHOT_ROWS) << SNAPSHOT_INDEX_BITS
-            tag = f"{snapshot.source}-"
+        first, tag = self._index_base(window)
         for i, raw in enumerate(wire.decode_events(window.record)):
             change = self._change(window, first + i, raw, tag)
             if change is not None:
