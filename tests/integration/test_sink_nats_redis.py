@@ -224,6 +224,7 @@ def assert_redis_exactly_once(messages: list[Message], events: list[Event], pref
         assert m.meta["id"].split("-")[0] == m.meta["scn"] == str(m.body["scn"])
         assert m.meta["op"] == m.body["op"] and m.meta["source"] == m.body["source"]
         assert (json.loads(m.meta["key"]) if m.meta["key"] else None) == m.body["key"]
+        assert m.meta["schema_version"] == str(m.body["schema_version"])
 
 
 # -- exactly once through SIGKILLs -----------------------------------------------------------

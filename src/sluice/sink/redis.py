@@ -56,34 +56,32 @@ SNAPSHOT_INDEX_BITS = 12
 PASSING = ("BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
            "NOREPLICAS", "NOSCRIPT", "max number of clients")  # fmt: skip
 
-# KEYS[1]: the stream; ARGV[1]: MAXLEN ('' for none); then per entry its ID (SCN-INDEX), body,
-# key and "meta" (OP SCHEMA_VERSION SOURCE, the same text for many entries: parsed once).
-# Four arguments an entry rather than one per field: packing arguments is most of the
-# client's work per entry.
+# KEYS[1]: the stream; ARGV[1]: MAXLEN ('' for none); then two arguments per entry: its body,
+# and "ID OP SCHEMA_VERSION N SOURCE" (SOURCE is N bytes) followed by its key. Two arguments an
+# entry rather than one per field: packing arguments is most of the client's work per entry.
 XADD_IN_ORDER = """
 local cmd = {'XADD', KEYS[1]}
 if ARGV[1] ~= '' then cmd = {'XADD', KEYS[1], 'MAXLEN', '~', ARGV[1]} end
 local n = #cmd
-local metas = {}
+local find, sub = string.find, string.sub
 local added, skipped = 0, 0
-for i = 2, #ARGV, 4 do
-  local id, meta = ARGV[i], ARGV[i + 3]
-  local m = metas[meta]
-  if m == nil then
-    local sp = string.find(meta, ' ', 3, true)
-    m = {string.sub(meta, 1, 1), string.sub(meta, 3, sp - 1), string.sub(meta, sp + 1)}
-    metas[meta] = m
-  end
+for i = 2, #ARGV, 2 do
+  local tail = ARGV[i + 1]
+  local a = find(tail, ' ', 1, true)
+  local b = find(tail, ' ', a + 3, true)
+  local c = find(tail, ' ', b + 1, true)
+  local id = sub(tail, 1, a - 1)
+  local last = c + tonumber(sub(tail, b + 1, c - 1))
   cmd[n + 1] = id
-  cmd[n + 2], cmd[n + 3] = 'value', ARGV[i + 1]
-  cmd[n + 4], cmd[n + 5] = 'key', ARGV[i + 2]
-  cmd[n + 6], cmd[n + 7] = 'op', m[1]
-  cmd[n + 8], cmd[n + 9] = 'source', m[3]
-  cmd[n + 10], cmd[n + 11] = 'scn', string.sub(id, 1, string.find(id, '-', 1, true) - 1)
-  cmd[n + 12], cmd[n + 13] = 'schema_version', m[2]
+  cmd[n + 2], cmd[n + 3] = 'value', ARGV[i]
+  cmd[n + 4], cmd[n + 5] = 'key', sub(tail, last + 1)
+  cmd[n + 6], cmd[n + 7] = 'op', sub(tail, a + 1, a + 1)
+  cmd[n + 8], cmd[n + 9] = 'source', sub(tail, c + 1, last)
+  cmd[n + 10], cmd[n + 11] = 'scn', sub(id, 1, find(id, '-', 1, true) - 1)
+  cmd[n + 12], cmd[n + 13] = 'schema_version', sub(tail, a + 3, b - 1)
   local r = redis.pcall(unpack(cmd))
   if type(r) == 'table' and r.err then
-    if not string.find(r.err, 'equal or smaller', 1, true) then
+    if not find(r.err, 'equal or smaller', 1, true) then
       return redis.error_reply(r.err .. ' (entry ' .. id .. ', after ' .. added ..
         ' added)')
     end
@@ -135,19 +133,21 @@ def parse_redis_url(url: str) -> RedisUrl:
 _metas: dict[tuple[str, str, int], bytes] = {}
 
 
-def entry_args(changes: Sequence[Change]) -> list[bytes | str]:
+def entry_args(changes: Sequence[Change]) -> list[bytes]:
     """The script's arguments for one stream's entries, in order; an entry's ID is
     ``SCN-INDEX`` (a snapshot row's index rises with its row number: ``shape.py``)."""
-    args: list[bytes | str] = []
+    args: list[bytes] = []
     for c in changes:
         meta = _metas.get((c.op, c.source, c.schema_version))
         if meta is None:
             if len(_metas) > 4096:
                 _metas.clear()
-            meta = _metas[(c.op, c.source, c.schema_version)] = (
-                f"{c.op} {c.schema_version} {c.source}".encode()
+            source = c.source.encode()
+            meta = _metas[(c.op, c.source, c.schema_version)] = b"%s %d %d %s" % (
+                c.op.encode(), c.schema_version, len(source), source
             )
-        args += [f"{c.scn}-{c.index}".encode(), c.body, c.key or b"", meta]
+        key = c.key.encode() if c.key else b""
+        args += [c.body, b"%d-%d %s%s" % (c.scn, c.index, meta, key)]
     return args
 
 
