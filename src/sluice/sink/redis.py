@@ -144,7 +144,10 @@ def entry_args(changes: Sequence[Change]) -> list[bytes]:
                 _metas.clear()
             source = c.source.encode()
             meta = _metas[(c.op, c.source, c.schema_version)] = b"%s %d %d %s" % (
-                c.op.encode(), c.schema_version, len(source), source
+                c.op.encode(),
+                c.schema_version,
+                len(source),
+                source,
             )
         key = c.key.encode() if c.key else b""
         args += [c.body, b"%d-%d %s%s" % (c.scn, c.index, meta, key)]

@@ -253,6 +253,7 @@ class Shaper:
         first, tag = self._index_base(window)
         ident = f"{self.settings.origin}-{scn}-{tag}"
         cursors = [0] * len(tables)
+        routes = {(n, op): self.route(t[0], op) for n, t in enumerate(tables) for op in "cudr"}
         changes = []
         for i, (number, op) in enumerate(spans.events):
             j = cursors[number]
@@ -261,7 +262,7 @@ class Shaper:
             index = first + i
             changes.append(
                 Change(scn, index, source, op, ts_ms, version, schema,  # type: ignore[arg-type]
-                       None if texts is None else texts[j], None, None, self.route(source, op),
+                       None if texts is None else texts[j], None, None, routes[number, op],
                        f"{ident}{index}", bodies[j])
             )  # fmt: skip
         return tuple(changes)

@@ -18,7 +18,7 @@ Invariants a target keeps, and the sink relies on:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
 from sluice.core.checkpoint import Checkpoint
 from sluice.core.event import Op
@@ -42,9 +42,9 @@ class HeldWindowsLost(TargetUnavailable):
     follows again from the checkpoint the target committed."""
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One event, shaped for a target.
+class Change(NamedTuple):
+    """One event, shaped for a target (immutable; a named tuple rather than a frozen
+    dataclass because one is made per event: 0.4 us against 1.8 us).
 
     ``schema`` is the event's table version with only the selected columns (None for a
     truncate), ``before``/``after`` its images as canonical values in that schema's column
@@ -55,7 +55,7 @@ class Change:
     """
 
     scn: int
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index, which nothing here calls
     source: str
     op: Op
     ts_ms: int
