@@ -213,7 +213,8 @@ def test_big_windows_get_the_same_changes_from_the_arrow_path() -> None:
         window.scn, window.ts_ms, window.record, window.codec_for, 0, True,
         Snapshot(window.scn, "shop.orders", 5),
     )  # fmt: skip
-    for w in (window, snapshot):
+    single = _window(*[e for e in events if e[0] == "shop.orders"])
+    for w in (window, snapshot, single):
         for keys in (True, False):
             shaper = Shaper(ShapeSettings(origin="o1", route="{table}.{op}", keys=keys), {})
             assert shaper._json_changes(w) is not None  # the Arrow path takes it

@@ -33,6 +33,7 @@ _MIN_DAY, _MAX_DAY = -719_162, 2_932_896
 _ESCAPES = (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "\\t"),
             ("\b", "\\b"), ("\f", "\\f"))  # fmt: skip
 _OTHER_CONTROL = "[\\x00-\\x07\\x0b\\x0e-\\x1f]"
+_NEEDS_ESCAPE = '[\\x00-\\x1f"\\\\]'
 _NULL = pa.scalar("null")
 
 Text = Callable[[pa.Array], pa.Array]
@@ -112,6 +113,7 @@ def _byte(char: str) -> np.uint8:
 
 
 def _digits(values: np.ndarray, width: int) -> list[np.ndarray]:
+    """The ASCII digits of each value, ``width`` of them (zero-padded), left to right."""
     return [((values // 10 ** (width - 1 - k)) % 10 + 48).astype(np.uint8) for k in range(width)]
 
 
@@ -166,19 +168,35 @@ def _time(arr: pa.Array) -> pa.Array:
 
 def _decimal(scale: int, quoted: bool) -> Text:
     def text(arr: pa.Array) -> pa.Array:
+        """Sign, integer digits (at least one), then ``scale`` fraction digits: a byte
+        matrix as for datetimes, the integer part's leading zeros masked out."""
         unscaled = _unscaled(arr)
-        digits = _pad(np.abs(unscaled), scale + 1)
+        magnitude = np.abs(unscaled)
+        width = max(len(str(int(magnitude.max(initial=0)))), scale + 1)
+        digits = _digits(magnitude, width)
+        # digit k (from the left) is shown when it is in the fraction, the units, or below
+        # the value's first nonzero digit
+        shown_from = width - np.maximum(_digit_count(magnitude), scale + 1)
+        pieces: list[_Piece] = [_QUOTE] if quoted else []
+        pieces.append((_byte("-"), unscaled < 0))
+        units = width - scale
+        for k in range(units):
+            pieces.append((digits[k], shown_from <= k) if k < units - 1 else digits[k])
         if scale:
-            digits = _join(
-                pc.utf8_slice_codeunits(digits, 0, -scale),
-                ".",
-                pc.utf8_slice_codeunits(digits, -scale),
-            )
-        sign = pc.if_else(pa.array(unscaled < 0), "-", "")
-        value = _masked(_join(sign, digits), arr)
-        return _quoted(value) if quoted else value
+            pieces += [_byte("."), *digits[units:]]
+        if quoted:
+            pieces.append(_QUOTE)
+        return _fixed_text(arr, pieces)
 
     return text
+
+
+_POWERS = np.array([10**k for k in range(1, 19)], dtype=np.int64)
+
+
+def _digit_count(values: np.ndarray) -> np.ndarray:
+    """Decimal digits of each non-negative value (1 for 0)."""
+    return np.searchsorted(_POWERS, values, side="right") + 1
 
 
 def _unscaled(arr: pa.Array) -> np.ndarray:
@@ -189,6 +207,8 @@ def _unscaled(arr: pa.Array) -> np.ndarray:
 
 
 def _string(arr: pa.Array) -> pa.Array:
+    if not pc.any(pc.match_substring_regex(arr, _NEEDS_ESCAPE)).as_py():
+        return _quoted(arr)  # most texts: nothing to escape
     escaped = arr
     for char, escape in _ESCAPES:
         escaped = pc.replace_substring(escaped, char, escape)

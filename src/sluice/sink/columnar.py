@@ -70,13 +70,16 @@ def payload_spans(record: bytes) -> tuple[dict[tuple[str, int], list[int]], int]
 
 @dataclass(frozen=True, slots=True)
 class EventSpans:
-    """A window's row events, reading headers only: its table versions, the payload starts
-    of each, and per event (its table's number, its op)."""
+    """A window's row events, reading headers only: its table versions, and per table the
+    payload starts and ops of its events; ``order`` says whose each event is."""
 
     tables: list[tuple[str, int]]
     starts: list[list[int]]
-    ops: list[list[str]]  # per table, as starts
-    events: list[tuple[int, str]]
+    ops: list[list[str]]
+    order: list[int]  # per event, its table's number
+
+
+_LETTERS = [chr(i) for i in range(256)]
 
 
 def event_spans(record: bytes) -> EventSpans | None:
@@ -86,26 +89,30 @@ def event_spans(record: bytes) -> EventSpans | None:
     numbers: dict[tuple[bytes, int], int] = {}
     starts: list[list[int]] = []
     ops: list[list[str]] = []
-    events: list[tuple[int, str]] = []
+    order: list[int] = []
+    last, last_version, number = b"", -1, -1
     pos = wire.WINDOW_HEADER_SIZE
     for _ in range(header.n_events):
         size, _hash, op, src_len, version = unpack(record, pos)
         if op == TRUNCATE or size < head + src_len:
             return None
         start = pos + head + src_len
-        table = (record[pos + head : start], version)
-        number = numbers.get(table)
-        if number is None:
-            number = numbers[table] = len(starts)
-            starts.append([])
-            ops.append([])
-        letter = chr(op)
+        # most events are of the table before them: compared in place, no slice
+        if not (
+            version == last_version and src_len == len(last) and record.startswith(last, pos + head)
+        ):
+            last, last_version = record[pos + head : start], version
+            number = numbers.get((last, version), -1)
+            if number < 0:
+                number = numbers[(last, version)] = len(starts)
+                starts.append([])
+                ops.append([])
         starts[number].append(start)
-        ops[number].append(letter)
-        events.append((number, letter))
+        ops[number].append(_LETTERS[op])
+        order.append(number)
         pos += size
     tables = [(raw.decode(), version) for raw, version in numbers]
-    return EventSpans(tables, starts, ops, events)
+    return EventSpans(tables, starts, ops, order)
 
 
 class JsonBodies:

@@ -252,17 +252,25 @@ class Shaper:
             tables.append((source, version, shape.schema, bodies, keys if keyed else None))
         first, tag = self._index_base(window)
         ident = f"{self.settings.origin}-{scn}-{tag}"
+        if len(tables) == 1:  # the events in order are the table's
+            source, version, schema, bodies, texts = tables[0]
+            routes = {op: self.route(source, op) for op in "cudr"}
+            return tuple(
+                Change(scn, first + j, source, op, ts_ms, version, schema,  # type: ignore[arg-type]
+                       None if texts is None else texts[j], None, None, routes[op],
+                       f"{ident}{first + j}", bodies[j])
+                for j, op in enumerate(spans.ops[0])
+            )  # fmt: skip
         cursors = [0] * len(tables)
-        routes = {(n, op): self.route(t[0], op) for n, t in enumerate(tables) for op in "cudr"}
         changes = []
-        for i, (number, op) in enumerate(spans.events):
+        for i, number in enumerate(spans.order):
             j = cursors[number]
             cursors[number] = j + 1
             source, version, schema, bodies, texts = tables[number]
-            index = first + i
+            op, index = spans.ops[number][j], first + i
             changes.append(
                 Change(scn, index, source, op, ts_ms, version, schema,  # type: ignore[arg-type]
-                       None if texts is None else texts[j], None, None, routes[number, op],
+                       None if texts is None else texts[j], None, None, self.route(source, op),
                        f"{ident}{index}", bodies[j])
             )  # fmt: skip
         return tuple(changes)
