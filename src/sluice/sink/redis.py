@@ -60,28 +60,24 @@ PASSING = ("BUSY", "LOADING", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUS
 # and "ID OP SCHEMA_VERSION N SOURCE" (SOURCE is N bytes) followed by its key. Two arguments an
 # entry rather than one per field: packing arguments is most of the client's work per entry.
 XADD_IN_ORDER = """
-local cmd = {'XADD', KEYS[1]}
-if ARGV[1] ~= '' then cmd = {'XADD', KEYS[1], 'MAXLEN', '~', ARGV[1]} end
-local n = #cmd
-local find, sub = string.find, string.sub
+local stream, maxlen = KEYS[1], ARGV[1]
+local match, sub, pcall = string.match, string.sub, redis.pcall
 local added, skipped = 0, 0
 for i = 2, #ARGV, 2 do
   local tail = ARGV[i + 1]
-  local a = find(tail, ' ', 1, true)
-  local b = find(tail, ' ', a + 3, true)
-  local c = find(tail, ' ', b + 1, true)
-  local id = sub(tail, 1, a - 1)
-  local last = c + tonumber(sub(tail, b + 1, c - 1))
-  cmd[n + 1] = id
-  cmd[n + 2], cmd[n + 3] = 'value', ARGV[i]
-  cmd[n + 4], cmd[n + 5] = 'key', sub(tail, last + 1)
-  cmd[n + 6], cmd[n + 7] = 'op', sub(tail, a + 1, a + 1)
-  cmd[n + 8], cmd[n + 9] = 'source', sub(tail, c + 1, last)
-  cmd[n + 10], cmd[n + 11] = 'scn', sub(id, 1, find(id, '-', 1, true) - 1)
-  cmd[n + 12], cmd[n + 13] = 'schema_version', sub(tail, a + 3, b - 1)
-  local r = redis.pcall(unpack(cmd))
+  local id, op, version, size, at = match(tail, '^(%S+) (%S) (%d+) (%d+) ()')
+  local last = at + tonumber(size) - 1
+  local source, key, scn = sub(tail, at, last), sub(tail, last + 1), match(id, '^(%d+)')
+  local r
+  if maxlen == '' then
+    r = pcall('XADD', stream, id, 'value', ARGV[i], 'key', key, 'op', op, 'source', source,
+      'scn', scn, 'schema_version', version)
+  else
+    r = pcall('XADD', stream, 'MAXLEN', '~', maxlen, id, 'value', ARGV[i], 'key', key,
+      'op', op, 'source', source, 'scn', scn, 'schema_version', version)
+  end
   if type(r) == 'table' and r.err then
-    if not find(r.err, 'equal or smaller', 1, true) then
+    if not string.find(r.err, 'equal or smaller', 1, true) then
       return redis.error_reply(r.err .. ' (entry ' .. id .. ', after ' .. added ..
         ' added)')
     end
