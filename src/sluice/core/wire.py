@@ -206,12 +206,18 @@ def schema_versions(window: bytes | memoryview) -> set[tuple[str, int]]:
     """The (source, schema version) pairs of a window's row events (headers only)."""
     header = read_window_header(window)
     seen: set[tuple[bytes, int]] = set()
+    data = window if isinstance(window, bytes) else bytes(window)
+    last, last_version = b"", -1
     pos = WINDOW_HEADER_SIZE
     for _ in range(header.n_events):
-        size, _hash, op, src_len, version = EVENT_HEADER.unpack_from(window, pos)
-        if op != TRUNCATE:
-            start = pos + EVENT_HEADER_SIZE
-            seen.add((bytes(window[start : start + src_len]), version))
+        size, _hash, op, src_len, version = EVENT_HEADER.unpack_from(data, pos)
+        start = pos + EVENT_HEADER_SIZE
+        # most events are of the table before them: compared in place, no slice
+        if op != TRUNCATE and not (
+            version == last_version and src_len == len(last) and data.startswith(last, start)
+        ):
+            last, last_version = data[start : start + src_len], version
+            seen.add((last, version))
         pos += size
     return {(source.decode(), version) for source, version in seen}
 

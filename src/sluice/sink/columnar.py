@@ -76,7 +76,7 @@ class EventSpans:
     tables: list[tuple[str, int]]
     starts: list[list[int]]
     ops: list[list[str]]
-    order: list[int]  # per event, its table's number
+    order: list[int]  # per event, its table's number (empty with one table)
 
 
 _LETTERS = [chr(i) for i in range(256)]
@@ -107,9 +107,12 @@ def event_spans(record: bytes) -> EventSpans | None:
                 number = numbers[(last, version)] = len(starts)
                 starts.append([])
                 ops.append([])
+                if number == 1:  # a second table: from now on, say whose each event is
+                    order = [0] * len(starts[0])
         starts[number].append(start)
         ops[number].append(_LETTERS[op])
-        order.append(number)
+        if len(starts) > 1:
+            order.append(number)
         pos += size
     tables = [(raw.decode(), version) for raw, version in numbers]
     return EventSpans(tables, starts, ops, order)

@@ -49,7 +49,7 @@ class SinkConfig(BaseSettings):
     retry_initial_s: float = Field(default=0.5, gt=0)
     retry_max_s: float = Field(default=30.0, gt=0)
     give_up_after_s: float | None = Field(default=None, gt=0)  # no relay: exit 1 after this
-    batch_events: int = Field(default=500, ge=1)  # webhooks: events per POST at most
+    batch_events: int = Field(default=1000, ge=1)  # webhooks: events per POST at most
     max_attempts: int = Field(default=8, ge=1)  # webhooks: then the dead-letter directory
     dead_letter_dir: Path | None = None
     timeout_s: float = Field(default=30.0, gt=0)  # one request to the target

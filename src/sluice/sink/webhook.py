@@ -40,6 +40,7 @@ import contextlib
 import json
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,8 +73,13 @@ class Chunk:
 
 def chunks(batch: Batch, size: int) -> list[Chunk]:
     """The batch's changes in POSTs of at most ``size``, cut by index within the window."""
+    changes = batch.changes
+    if not changes:
+        return []
+    if changes[0].index // size == changes[-1].index // size:  # most windows: one POST
+        return [_chunk(batch.scn, changes)]
     groups: list[list[Change]] = []
-    for change in batch.changes:
+    for change in changes:
         if groups and groups[-1][0].index // size == change.index // size:
             groups[-1].append(change)
         else:
@@ -81,7 +87,7 @@ def chunks(batch: Batch, size: int) -> list[Chunk]:
     return [_chunk(batch.scn, group) for group in groups]
 
 
-def _chunk(scn: int, changes: list[Change]) -> Chunk:
+def _chunk(scn: int, changes: Sequence[Change]) -> Chunk:
     first, last = changes[0], changes[-1]
     body = b'{"events": [' + b", ".join(c.body or b"null" for c in changes) + b"]}"
     key = f"{first.id}..{last.index}"
