@@ -115,7 +115,7 @@ def add_parser(sub: Any) -> None:
         help="webhooks: batches that failed --max-attempts times go here",
     )
     p.add_argument("--max-attempts", type=int, help="webhooks: tries per batch (default 8)")
-    p.add_argument("--batch-events", type=int, help="webhooks: events per POST (default 500)")
+    p.add_argument("--batch-events", type=int, help="webhooks: events per POST (default 1000)")
     p.add_argument(
         "--retry-max",
         type=float,
