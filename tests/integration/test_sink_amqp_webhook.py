@@ -24,7 +24,7 @@ import pytest
 from aiohttp import web
 
 from sluice.client import FileCheckpointStore
-from sluice.sink.target import Batch, Change
+from sluice.sink.target import Change
 from sluice.sink.webhook import chunks, full_jitter
 from sluice.testing import PrivateMariaDB
 from sluice.testing.brokers import PrivateRabbitMQ
@@ -465,21 +465,51 @@ def _with_outage(
 # -- chunks, and refusals -----------------------------------------------------------------------
 
 
-def _change(index: int) -> Change:
+def _change(index: int, scn: int = 7) -> Change:
     return Change(
-        7, index, "db.t", "c", 0, 1, None, None, None, None, "db.t", f"o-7-{index}", b"{}"
+        scn, index, "db.t", "c", 0, 1, None, None, None, None, "db.t", f"o-{scn}-{index}", b"{}"
     )
 
 
-def test_webhook_chunks_are_cut_by_index() -> None:
-    # the same events cut the same way whatever piece of the window they came in
-    whole = chunks(Batch(7, 0, tuple(_change(i) for i in (0, 1, 2, 4, 5, 7))), 3)
-    assert [c.key for c in whole] == ["o-7-0..2", "o-7-4..5", "o-7-7..7"]
-    assert whole[0].body == b'{"events": [{}, {}, {}]}'
-    second_piece = chunks(Batch(7, 0, tuple(_change(i) for i in (4, 5, 7)), first=False), 3)
-    assert [c.key for c in second_piece] == ["o-7-4..5", "o-7-7..7"]
+def test_webhook_chunks_are_cut_again_where_they_were_recorded() -> None:
+    # in order, at most ``size`` each, the key naming the first and last event
+    events = tuple(_change(i) for i in (0, 1, 2, 4, 5, 7))
+    first = chunks(events[:4], 3)
+    assert [c.key for c in first] == ["o-7-0..7-2", "o-7-4..7-4"]
+    assert first[0].body == b'{"events": [{}, {}, {}]}'
+    # read again in another grouping: the recorded chunks come back as they were
+    recorded = {c.first_id: (c.last_id, c.key) for c in first}
+    again = chunks(events, 3, recorded)
+    assert [c.key for c in again] == ["o-7-0..7-2", "o-7-4..7-4", "o-7-5..7-7"]
+    assert [c.events for c in again] == [3, 1, 2]
     waits = [full_jitter(n, 0.5, 4.0, random.Random(n)) for n in range(1, 9)]
     assert all(0 <= w <= min(4.0, 0.5 * 2 ** (n - 1)) for n, w in enumerate(waits, 1))
+
+
+def test_a_webhook_sink_restarted_cuts_its_last_group_again(tmp_path: Path) -> None:
+    """The cuts written before a group's first POST are read by the next process: the same
+    events go under the same keys, and held windows wait until that group is whole."""
+    from sluice.sink import load_sink_config
+    from sluice.sink.webhook import WebhookTarget
+
+    def target() -> WebhookTarget:
+        config = load_sink_config(
+            None, None, to="http://127.0.0.1:9/hook", relays=["http://127.0.0.1:9"],
+            checkpoint_dir=tmp_path, batch_events=2,
+        )  # fmt: skip
+        return WebhookTarget(config)
+
+    events = tuple(_change(0, scn) for scn in range(10, 15))  # five single-row windows
+    before = target()
+    cut = chunks(events[:3], 2, before._recorded)
+    asyncio.run(before._record(cut))
+    after = target()
+    after._load_recorded()
+    assert after.incomplete(events[:1])  # the recorded group is not whole yet
+    assert not after.incomplete(events[:3]) and not after.incomplete(events[1:2])
+    again = chunks(events, 2, after._recorded)
+    assert [c.key for c in again[:2]] == [c.key for c in cut]
+    assert [c.events for c in again] == [2, 1, 2]
 
 
 @pytest.mark.parametrize(

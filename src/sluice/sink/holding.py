@@ -7,8 +7,9 @@ one batch (their changes in order, ids unchanged, so the broker's own dedupe sti
 least every ``commit_interval_s`` or ``commit_rows``. The checkpoint file is then the target's:
 written after each delivered group, never ahead of what the broker has; a group that fails is
 ``HeldWindowsLost`` (the sink reads it again from the file's checkpoint, and the broker drops
-what it already had). Webhooks are not held: their batches are cut per window, and their
-``Idempotency-Key`` must name the same events when sent again.
+what it already had). A target whose cuts of a group must be the same when it is read again
+(webhooks: an ``Idempotency-Key`` names a chunk's events) says with ``incomplete(changes)``
+that the held windows must wait for more before they go.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ class Holding:
                 await self._settle()
                 self._inflight = asyncio.create_task(self._deliver_held())
             return
-        await self.commit()  # a big window's pieces go as they come, after what is held
+        await self.commit(force=True)  # a big window's pieces go as they come, after what is held
         generation = self._generation
         async with self._lock:
             self._check(generation)
@@ -102,13 +103,16 @@ class Holding:
         if inflight is not None:
             await inflight
 
-    async def commit(self) -> None:
+    async def commit(self, force: bool = False) -> None:
         await self._settle()
-        await self._deliver_held()
+        await self._deliver_held(force)
 
-    async def _deliver_held(self) -> None:
+    async def _deliver_held(self, force: bool = False) -> None:
         if not self._buffered:
             return
+        incomplete = getattr(self.inner, "incomplete", None)
+        if not force and incomplete is not None and incomplete(self._buffer):
+            return  # held on: the next windows complete what the target must cut again
         last = self._last
         assert last is not None
         group = Batch(last.scn, last.ts_ms, tuple(self._buffer), checkpoint=last.checkpoint)
@@ -124,6 +128,9 @@ class Holding:
                     self._poisoned = True
                     self._discard()  # windows taken since are after the lost ones
                     raise HeldWindowsLost(str(exc)) from exc
+                except BaseException:
+                    self._poisoned = True  # a refusal: nothing after the group may be saved
+                    raise
                 if group.checkpoint is not None:
                     self.store.save(group.checkpoint)
                     self.committed = group.checkpoint

@@ -303,8 +303,14 @@ class Sink:
                 self._up()
         except HeldWindowsLost as exc:
             await self._lost(exc)
-        except SluiceError as exc:  # the next window meets it again, and says so
+        except TargetUnavailable as exc:  # the next window meets it again, and says so
             log.warning("target %s: commit failed (%s)", self.target.describe(), exc)
+        except SluiceError as exc:  # a refusal: stop, as a refused window does
+            self._fatal = SinkFailed(f"target {self.target.describe()} refused a batch: {exc}")
+            self.error = str(self._fatal)
+            log.error("%s; stopping", self._fatal)
+            self.stop()
+            return
         if self.target.held and self._commit_timer is None:
             loop = asyncio.get_running_loop()
             self._commit_timer = loop.call_later(self.config.commit_interval_s, self._commit_soon)

@@ -1,16 +1,21 @@
 """``WebhookTarget``: HTTP(S) webhooks, at least once, with a dead-letter directory.
 
-The whole ``--to`` URL is the endpoint. Each batch is POSTed in chunks of at most
-``batch_events`` changes, cut by the changes' index within their window (``index //
-batch_events``), so a window read again after a restart is cut the same way::
+The whole ``--to`` URL is the endpoint. Windows that come close together are held
+(``holding.py``) and their changes POSTed in chunks of at most ``batch_events``::
 
     POST /hook   Content-Type: application/json
-    Idempotency-Key: <origin>-<scn>-<first index>..<last index>   (the same chunk, the same key)
-    Sluice-Scn: <scn>
+    Idempotency-Key: <first event's id>..<last event's scn>-<its index>
+    Sluice-Scn: <first event's scn>
     {"events": [<each change's body: Sluice JSON or Debezium JSON>, ...]}
 
 A 2xx answer delivers the chunk. Receivers dedupe by ``Idempotency-Key``: a chunk is sent
-again when the sink restarts before its checkpoint moved (at least once).
+again when the sink restarts before its checkpoint moved (at least once), and it must then
+hold the same events. Where a group is cut depends on when windows came, so the cuts are
+written down first: before a group's first POST, its chunks (first and last event id, key)
+go to ``<checkpoint_dir>/<name>.webhook-chunks.json`` (atomically, fsynced). Read again after
+a restart or a lost group, those events are cut exactly there again, under the same keys
+(``Holding`` keeps holding while a recorded chunk is incomplete, up to the SCN of its last
+event), and chunks already delivered in this process are not sent again.
 
 Failures, and what happens:
 
@@ -63,35 +68,54 @@ _DOWN = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 class Chunk:
     """One POST: its body and its stable key."""
 
-    scn: int
+    scn: int  # the first event's
     first_index: int
     last_index: int
+    first_id: str
+    last_id: str
+    last_scn: int
     key: str
     body: bytes
     events: int
 
 
-def chunks(batch: Batch, size: int) -> list[Chunk]:
-    """The batch's changes in POSTs of at most ``size``, cut by index within the window."""
-    changes = batch.changes
-    if not changes:
-        return []
-    if changes[0].index // size == changes[-1].index // size:  # most windows: one POST
-        return [_chunk(batch.scn, changes)]
-    groups: list[list[Change]] = []
-    for change in changes:
-        if groups and groups[-1][0].index // size == change.index // size:
-            groups[-1].append(change)
-        else:
-            groups.append([change])
-    return [_chunk(batch.scn, group) for group in groups]
+Recorded = dict[str, tuple[str, str]]  # a recorded chunk's first event id -> (last id, key)
 
 
-def _chunk(scn: int, changes: Sequence[Change]) -> Chunk:
+def chunks(changes: Sequence[Change], size: int, recorded: Recorded | None = None) -> list[Chunk]:
+    """The changes in POSTs of at most ``size``, in order; where a recorded chunk starts, it
+    is cut again as recorded (when its last event is there)."""
+    recorded = recorded or {}
+    out: list[Chunk] = []
+    i, n = 0, len(changes)
+    while i < n:
+        again = recorded.get(changes[i].id)
+        if again is not None:
+            last_id, key = again
+            end = next((j for j in range(i, n) if changes[j].id == last_id), -1)
+            if end >= 0:
+                out.append(_chunk(changes[i : end + 1], key))
+                i = end + 1
+                continue
+            log.warning(
+                "webhook chunk %s is read again without its last event %s: its events go "
+                "under a new key (a receiver may see them twice)", key, last_id,
+            )  # fmt: skip
+        end = min(n, i + size)
+        if recorded:  # a new chunk stops where a recorded one starts
+            end = next((j for j in range(i + 1, end) if changes[j].id in recorded), end)
+        out.append(_chunk(changes[i:end]))
+        i = end
+    return out
+
+
+def _chunk(changes: Sequence[Change], key: str | None = None) -> Chunk:
     first, last = changes[0], changes[-1]
     body = b'{"events": [' + b", ".join(c.body or b"null" for c in changes) + b"]}"
-    key = f"{first.id}..{last.index}"
-    return Chunk(scn, first.index, last.index, key, body, len(changes))
+    key = key or f"{first.id}..{last.scn}-{last.index}"
+    return Chunk(
+        first.scn, first.index, last.index, first.id, last.id, last.scn, key, body, len(changes)
+    )
 
 
 def full_jitter(attempt: int, initial_s: float, max_s: float, rng: random.Random) -> float:
@@ -111,6 +135,7 @@ class WebhookTarget(CheckpointInAFile):
     keeps_checkpoint = False
     wants_bodies = True
     wants_keys = False  # no field for the key text
+    holds_windows = True  # windows that come close together share POSTs: see holding.py
 
     def __init__(self, config: SinkConfig) -> None:
         self._interrupted = asyncio.Event()
@@ -136,8 +161,12 @@ class WebhookTarget(CheckpointInAFile):
             self.dead_letter_dir = config.checkpoint_dir / "dead-letters" / config.name
         self._session: aiohttp.ClientSession | None = None
         self._rng = random.Random()
-        self._window = -1  # the SCN of the window whose delivered chunks ``_done`` holds
-        self._done: set[str] = set()
+        self._done: set[str] = set()  # keys of the recorded chunks delivered since
+        self._recorded: Recorded = {}
+        self._recorded_end: tuple[str, int] | None = None  # the last recorded event: id, scn
+        self._chunks_path: Path | None = None
+        if config.checkpoint_dir is not None:
+            self._chunks_path = config.checkpoint_dir / f"{config.name}.webhook-chunks.json"
         self.posts = self.retries = self.dead_letters = 0
         self.last_status: int | None = None
         self.last_error: str | None = None
@@ -159,6 +188,8 @@ class WebhookTarget(CheckpointInAFile):
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
+        if not self._recorded:
+            self._load_recorded()
         if self.dead_letter_dir is None:
             raise ConfigError("a webhook target needs --dead-letter-dir (or --checkpoint-dir)")
         await asyncio.to_thread(_check_writable, self.dead_letter_dir)
@@ -194,12 +225,58 @@ class WebhookTarget(CheckpointInAFile):
         self._interrupted.set()
 
     async def deliver(self, batch: Batch) -> None:
-        if batch.scn != self._window:
-            self._window, self._done = batch.scn, set()
-        for chunk in chunks(batch, self.batch_events):
+        cut = chunks(batch.changes, self.batch_events, self._recorded)
+        if not cut:
+            return
+        known = {key for _, key in self._recorded.values()}
+        if any(chunk.key not in known for chunk in cut):
+            await self._record(cut)
+        for chunk in cut:
             if chunk.key not in self._done:
                 await self._send(chunk)
                 self._done.add(chunk.key)
+
+    def incomplete(self, changes: Sequence[Change]) -> bool:
+        """Held changes that start a recorded group but end in a window before its last
+        event's: ``Holding`` holds on until that window comes (once it has come, the group
+        is complete, or the event is gone for good)."""
+        if not changes or self._recorded_end is None or changes[0].id not in self._recorded:
+            return False
+        return changes[-1].scn < self._recorded_end[1]
+
+    async def _record(self, cut: list[Chunk]) -> None:
+        """Write the group's cuts down before its first POST (see the module's docstring)."""
+        self._recorded = {c.first_id: (c.last_id, c.key) for c in cut}
+        self._recorded_end = (cut[-1].last_id, cut[-1].last_scn)
+        self._done &= {c.key for c in cut}
+        if self._chunks_path is None:
+            return
+        text = json.dumps(
+            [{"first": c.first_id, "last": c.last_id, "key": c.key, "last_scn": c.last_scn}
+             for c in cut]
+        )  # fmt: skip
+        try:
+            await asyncio.to_thread(write_atomically, self._chunks_path, text)
+        except OSError as exc:
+            raise SluiceError(
+                f"webhook {self.describe()}: cannot write {self._chunks_path} ({exc}); without "
+                "it a restart could send events under new keys"
+            ) from None
+
+    def _load_recorded(self) -> None:
+        path = self._chunks_path
+        if path is None or not path.exists():
+            return
+        try:
+            cut = json.loads(path.read_text())
+            self._recorded = {c["first"]: (c["last"], c["key"]) for c in cut}
+            if cut:
+                self._recorded_end = (cut[-1]["last"], int(cut[-1]["last_scn"]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "webhook %s: %s is unreadable (%s): chunks read again may get new keys",
+                self.describe(), path, exc,
+            )  # fmt: skip
 
     async def _send(self, chunk: Chunk) -> None:
         """Up to ``max_attempts`` tries, then the dead-letter directory."""
