@@ -235,6 +235,10 @@ class Receiver:
         self.accepted = Counter[str]()
         self.fail_next = 0
         self.always_fail = False
+        self.bodies: dict[str, list[list[Event]]] = defaultdict(list)  # every accepted POST
+        self.hang_on_windows = 0  # hang (after accepting) on a POST of this many windows or more
+        self.hung = threading.Event()
+        self._release: asyncio.Event | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
@@ -291,10 +295,24 @@ class Receiver:
                 self.fail_next -= 1
                 return web.Response(status=500, text="try again later")
             self.accepted[key] += 1
+            self.bodies[key].append(body["events"])
             if key not in self.events:
                 self.keys.append(key)
                 self.events[key] = body["events"]
+            windows = len({event["scn"] for event in body["events"]})
+            hang = 0 < self.hang_on_windows <= windows
+            if hang:
+                self.hang_on_windows = 0
+                self._release = asyncio.Event()
+        if hang:  # taken, but the answer waits: the sink dies before it
+            self.hung.set()
+            assert self._release is not None
+            await self._release.wait()
         return web.json_response({"ok": True})
+
+    def release(self) -> None:
+        if self._release is not None:
+            self._loop.call_soon_threadsafe(self._release.set)
 
 
 @pytest.fixture
@@ -324,6 +342,40 @@ def test_webhook_sink_sigkilled_twice(
     assert stats["delivery"] == "at-least-once" and stats["target_kind"] == "http"
     duplicates = sum(receiver.accepted.values()) - len(receiver.keys)
     print(f"webhook: {len(truth)} events, {duplicates} repeated chunks, {elapsed:.1f} s")
+
+
+def test_a_chunk_of_several_windows_goes_again_with_the_same_events_after_a_kill(
+    mariadb: PrivateMariaDB, receiver: Receiver, tmp_path: Path
+) -> None:
+    """Windows grouped by when they came: the receiver takes a chunk of several windows and
+    the sink dies before the answer. The restarted sink reads them again, in another rhythm,
+    and sends that chunk again under its key with exactly its events."""
+    conn = create_database(mariadb, "shop_hook_again", *SOURCE_TABLES)
+    sources = _tables("shop_hook_again")
+    receiver.hang_on_windows = 3
+    with RelayThread(relay_config(mariadb, sources, tmp_path / "relay")) as relay:
+        sink = _sink(tmp_path, relay.url, receiver.url).start()
+        try:
+            with conn.cursor() as cur:
+                for i in range(60):
+                    cur.execute("INSERT INTO audit VALUES (%s, %s)", (f"m{i}", i))
+                    conn.commit()
+                    if i % 10 == 9:
+                        time.sleep(0.3)  # longer than --commit-interval: groups cut by time
+            assert receiver.hung.wait(60), "no POST of three windows or more came"
+            sink.kill()
+            receiver.release()
+            sink.start()
+            _caught_up(relay.url, conn, sink)
+        finally:
+            sink.stop()
+        truth = relay_events(relay.url, sources)
+    assert receiver.received() == truth
+    again = {key: posts for key, posts in receiver.bodies.items() if len(posts) > 1}
+    assert again, "the chunk the sink died on was not sent again"
+    for key, posts in again.items():
+        assert all(p == posts[0] for p in posts), f"{key} named other events when sent again"
+    assert any(len({e["scn"] for e in posts[0]}) >= 3 for posts in again.values())
 
 
 def test_webhook_receiver_down_midway(
