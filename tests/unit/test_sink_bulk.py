@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.schemas.arrow_decoder import ArrowDecoder
-from sluice.sink.columnar import Columnar, TablePart, payload_spans
+from sluice.sink.columnar import Columnar, TablePart
 from sluice.sink.sql.bulk import HeldColumns, bulk_steps, net_effect
 from sluice.sink.sql.engines import MariaDB, Postgres, Sqlite
 from sluice.sink.sql.plan import KeyedChanges, plan
@@ -89,8 +89,9 @@ def test_bulk_steps_equal_plan(events: list[tuple[Any, Any, Any]], windows: int)
     for n in range(0, len(events), cut):
         record, changes = _window(events[n : n + cut])
         all_changes += changes
-        spans, count = payload_spans(record)  # type: ignore[misc]
-        starts = np.asarray(spans[(SCHEMA.source, 3)], dtype=np.int64)
+        spans = wire.event_spans(record)
+        count = len(spans.starts[0])
+        starts = np.asarray(spans.starts[0], dtype=np.int64)
         part = TablePart(SCHEMA.source, SCHEMA, SCHEMA, tuple(range(7)), "t", starts)
         assert held.fits(Columnar(record, (part,), count, lambda: ()))
         held.add(Columnar(record, (part,), count, lambda: ()), {SCHEMA.source: "t"})
@@ -109,14 +110,12 @@ def test_a_key_change_deletes_the_old_key_and_a_reinsert_keeps_the_row() -> None
         (None, (2, "eu"), (None, None, None, None, "d")),  # insert 2 again
     ]
     record, _ = _window(events)
-    spans, _count = payload_spans(record)  # type: ignore[misc]
-    images = ArrowDecoder(SCHEMA).images(
-        np.frombuffer(record, dtype=np.uint8), spans[(SCHEMA.source, 3)]
-    )
+    spans = wire.event_spans(record)
+    images = ArrowDecoder(SCHEMA).images(np.frombuffer(record, dtype=np.uint8), spans.starts[0])
     upserts, deletes = net_effect(images, [0, 1])
     assert upserts.tolist() == [3] and deletes.tolist() == [1]  # key 1 gone (event 1's before)
 
 
 def test_a_truncate_keeps_a_window_per_event() -> None:
     raw = [wire.encode_event(wire.RawEvent(SCHEMA.source, "t", 0, 0, b""))]  # type: ignore[arg-type]
-    assert payload_spans(wire.encode_window(9, 8, 0, raw)) is None
+    assert wire.event_spans(wire.encode_window(9, 8, 0, raw)).has_truncate

@@ -33,7 +33,7 @@ from sluice.client.transport import RelayConnection, check_relay_url
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import JsonWindow, Window
 from sluice.core.pieces import Piece
-from sluice.core.wire import Heartbeat, decode_events, read_window_header, schema_versions
+from sluice.core.wire import Heartbeat, decode_events, event_spans, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
@@ -474,9 +474,10 @@ def _record_window(record: bytes, codec_for: Callable[[str, int], RowCodec]) -> 
     """The record as it is, once every schema version it uses is known (an unknown one
     raises, and the client fetches the schemas)."""
     header = read_window_header(record)
-    for source, version in schema_versions(record):
+    spans = event_spans(record)
+    for source, version in spans.versions():
         codec_for(source, version)
-    return RecordWindow(header.scn, header.ts_ms, record, codec_for)
+    return RecordWindow(header.scn, header.ts_ms, record, codec_for, spans=spans)
 
 
 def _count(window: Delivered) -> int:

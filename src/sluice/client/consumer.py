@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sluice.core.checkpoint import Checkpoint
 from sluice.core.event import Event, JsonWindow, Window
+from sluice.core.wire import EventSpans
 from sluice.errors import SluiceError
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class RecordWindow:
     first_seq: int = 0
     last: bool = True
     checkpoint: Checkpoint | None = None
+    spans: EventSpans | None = None  # its events' headers, read once (whole windows)
 
 
 @runtime_checkable

@@ -202,24 +202,68 @@ def decode_events(window: bytes | memoryview) -> list[RawEvent]:
     return out
 
 
-def schema_versions(window: bytes | memoryview) -> set[tuple[str, int]]:
-    """The (source, schema version) pairs of a window's row events (headers only)."""
+@dataclass(frozen=True, slots=True)
+class EventSpans:
+    """A window's events, reading headers only: its (source, schema version)s, and per one
+    the payload starts and ops of its events; ``order`` says whose each event is (empty when
+    there is one). Client and sink walk a window's headers once with it."""
+
+    tables: list[tuple[str, int]]
+    starts: list[list[int]]
+    ops: list[list[str]]
+    order: list[int]
+    has_truncate: bool
+
+    def versions(self) -> set[tuple[str, int]]:
+        """The (source, schema version) pairs of the row events (not truncates)."""
+        return {
+            t for t, ops in zip(self.tables, self.ops, strict=True) if ops.count("t") < len(ops)
+        }
+
+
+_LETTERS = [chr(i) for i in range(256)]
+
+
+def event_spans(window: bytes) -> EventSpans:
     header = read_window_header(window)
-    seen: set[tuple[bytes, int]] = set()
-    data = window if isinstance(window, bytes) else bytes(window)
-    last, last_version = b"", -1
+    unpack, head = EVENT_HEADER.unpack_from, EVENT_HEADER_SIZE
+    numbers: dict[tuple[bytes, int], int] = {}
+    starts: list[list[int]] = []
+    ops: list[list[str]] = []
+    order: list[int] = []
+    truncate = False
+    last, last_version, number = b"", -1, -1
     pos = WINDOW_HEADER_SIZE
     for _ in range(header.n_events):
-        size, _hash, op, src_len, version = EVENT_HEADER.unpack_from(data, pos)
-        start = pos + EVENT_HEADER_SIZE
+        size, _hash, op, src_len, version = unpack(window, pos)
+        start = pos + head + src_len
+        if size < head + src_len:
+            raise DecodeError(f"corrupt event record in window {header.scn}", scn=header.scn)
         # most events are of the table before them: compared in place, no slice
-        if op != TRUNCATE and not (
-            version == last_version and src_len == len(last) and data.startswith(last, start)
+        if not (
+            version == last_version and src_len == len(last) and window.startswith(last, pos + head)
         ):
-            last, last_version = data[start : start + src_len], version
-            seen.add((last, version))
+            last, last_version = window[pos + head : start], version
+            number = numbers.get((last, version), -1)
+            if number < 0:
+                number = numbers[(last, version)] = len(starts)
+                starts.append([])
+                ops.append([])
+                if number == 1:  # a second table: from now on, say whose each event is
+                    order = [0] * len(starts[0])
+        truncate = truncate or op == TRUNCATE
+        starts[number].append(start)
+        ops[number].append(_LETTERS[op])
+        if len(starts) > 1:
+            order.append(number)
         pos += size
-    return {(source.decode(), version) for source, version in seen}
+    tables = [(raw.decode(), version) for raw, version in numbers]
+    return EventSpans(tables, starts, ops, order, truncate)
+
+
+def schema_versions(window: bytes | memoryview) -> set[tuple[str, int]]:
+    """The (source, schema version) pairs of a window's row events (headers only)."""
+    return event_spans(window if isinstance(window, bytes) else bytes(window)).versions()
 
 
 @dataclass(frozen=True, slots=True)

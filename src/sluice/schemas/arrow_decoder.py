@@ -230,6 +230,8 @@ class ArrowDecoder:
     def _row(
         self, buf: np.ndarray, rows: np.ndarray, pos: np.ndarray, n: int
     ) -> tuple[list[pa.Array], np.ndarray]:
+        if not rows.size:  # no payload has this image (inserts: no before; deletes: no after)
+            return [pa.nulls(n, col.arrow) for col in self.columns], pos
         builders = []
         for col in self.columns:
             build, pos = col.read(buf, rows, pos, n)

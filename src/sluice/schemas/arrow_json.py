@@ -15,7 +15,7 @@ import base64
 import json
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,7 @@ _NEEDS_ESCAPE = '[\\x00-\\x1f"\\\\]'
 _NULL = pa.scalar("null")
 
 Text = Callable[[pa.Array], pa.Array]
+Texts: TypeAlias = "pa.Array | pa.Scalar"  # a column of texts, or one text for every row
 
 
 def _join(*parts: pa.Array | pa.Scalar | str) -> pa.Array:
@@ -263,28 +264,46 @@ class ArrowJson:
         self.key = [(encode_basestring(n), index[n]) for n in schema.primary_key]
         self.canonical = [(encode_basestring(n), index[n]) for n in sorted(schema.primary_key)]
 
-    def texts_of(self, images: Images) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+    def texts_of(
+        self, images: Images, canonical: bool = True
+    ) -> tuple[pa.Array, Texts, Texts, pa.Array | None]:
         """Per payload: (key, before, after, canonical key) JSON texts; ``null`` where absent
-        (the key: of the after image, else the before image)."""
-        before = [t(a).fill_null(_NULL) for t, a in zip(self.texts, images.before, strict=True)]
-        after = [t(a).fill_null(_NULL) for t, a in zip(self.texts, images.after, strict=True)]
-        has_after = pa.array(images.has_after)
-        rows = []
-        for values, has in ((before, images.has_before), (after, images.has_after)):
-            parts = [p for head, v in zip(self.heads, values, strict=True) for p in (head, v)]
-            rows.append(pc.if_else(pa.array(has), _join(*parts, "}"), _NULL))
+        (the key: of the after image, else the before image). An image no payload has is the
+        scalar ``null``; the canonical key is None unless asked for."""
+        before, before_row = self._image(images.before, images.has_before)
+        after, after_row = self._image(images.after, images.has_after)
         if not self.key:
-            nulls = pa.array(["null"] * len(has_after), pa.string())
-            return nulls, rows[0], rows[1], nulls
-        keyed = [pc.if_else(has_after, after[i], before[i]) for _, i in self.key]
+            nulls = pa.array(["null"] * len(images.has_after), pa.string())
+            return nulls, before_row, after_row, nulls if canonical else None
+        if before is None or after is None:
+            keyed = [(after or before)[i] for _, i in self.key]  # type: ignore[index]
+        else:
+            has_after = pa.array(images.has_after)
+            keyed = [pc.if_else(has_after, after[i], before[i]) for _, i in self.key]
         key = _join(*_pairs([n for n, _ in self.key], keyed, "{", ", ", ": "), "}")
+        if not canonical:
+            return key, before_row, after_row, None
         by_name = dict(zip((i for _, i in self.key), keyed, strict=True))
-        canonical = _join(
+        canonical_key = _join(
             *_pairs([n for n, _ in self.canonical], [by_name[i] for _, i in self.canonical],
                     "{", ",", ":"),
             "}",
         )  # fmt: skip
-        return key, rows[0], rows[1], canonical
+        return key, before_row, after_row, canonical_key
+
+    def _image(
+        self, columns: list[pa.Array], has: np.ndarray
+    ) -> tuple[list[pa.Array] | None, Texts]:
+        """The value texts of one image's columns and its row texts (None and the scalar
+        ``null`` when no payload has it: inserts have no before image, deletes no after)."""
+        if not has.any():
+            return None, _NULL
+        values = [t(a).fill_null(_NULL) for t, a in zip(self.texts, columns, strict=True)]
+        parts = [p for head, v in zip(self.heads, values, strict=True) for p in (head, v)]
+        row = _join(*parts, "}")
+        if not has.all():
+            row = pc.if_else(pa.array(has), row, _NULL)
+        return values, row
 
 
 def _pairs(

@@ -28,7 +28,7 @@ from sluice.schemas.columns import KIND
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.decoder import canonical_envelope
 from sluice.schemas.events import json_line
-from sluice.sink.columnar import Columnar, JsonBodies, TablePart, event_spans, payload_spans
+from sluice.sink.columnar import Columnar, JsonBodies, TablePart
 from sluice.sink.expr import Expression, parse_filter
 from sluice.sink.target import Batch, Change
 
@@ -232,8 +232,8 @@ class Shaper:
     def _json_changes(self, window: RecordWindow) -> tuple[Change, ...] | None:
         """A window's changes with Sluice JSON bodies built per table with Arrow, when no
         event needs shaping on its own (no truncate, filter or dropped column)."""
-        spans = event_spans(window.record)
-        if spans is None:
+        spans = window.spans or wire.event_spans(window.record)
+        if spans.has_truncate:
             return None
         scn, ts_ms, keys_wanted = window.scn, window.ts_ms, self.settings.keys
         tables: list[tuple[str, int, TableSchema, list[bytes], list[str] | None]] = []
@@ -244,12 +244,12 @@ class Shaper:
             coder = shape.json_bodies()
             if coder is None or shape.expression is not None or not shape.all_columns:
                 return None
+            keyed = keys_wanted and bool(shape.schema.primary_key)
             try:
-                bodies, keys = coder.lines(window.record, scn, ts_ms, starts, ops)
+                bodies, keys = coder.lines(window.record, scn, ts_ms, starts, ops, keyed)
             except Undecodable:
                 return None
-            keyed = keys_wanted and bool(shape.schema.primary_key)
-            tables.append((source, version, shape.schema, bodies, keys if keyed else None))
+            tables.append((source, version, shape.schema, bodies, keys))
         first, tag = self._index_base(window)
         ident = f"{self.settings.origin}-{scn}-{tag}"
         if len(tables) == 1:  # the events in order are the table's
@@ -286,12 +286,11 @@ class Shaper:
 
     def _columnar(self, window: RecordWindow) -> Columnar | None:
         """The window as payload spans per table, when no event needs shaping on its own."""
-        spans = payload_spans(window.record)
-        if spans is None:
+        spans = window.spans or wire.event_spans(window.record)
+        if spans.has_truncate:
             return None
-        by_table, events = spans
         parts = []
-        for (source, version), starts in by_table.items():
+        for (source, version), starts in zip(spans.tables, spans.starts, strict=True):
             shape = self._table(window, source, version)
             route = self._columnar_route(shape)
             if route is None:
@@ -301,6 +300,7 @@ class Shaper:
                 TablePart(source, shape.codec.schema, schema, tuple(shape.keep), route,
                           np.asarray(starts, dtype=np.int64))
             )  # fmt: skip
+        events = sum(len(starts) for starts in spans.starts)
         return Columnar(window.record, tuple(parts), events, lambda: self._rows(window).changes)
 
     def _columnar_route(self, shape: _TableShape) -> str | None:

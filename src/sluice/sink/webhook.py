@@ -83,29 +83,24 @@ Recorded = dict[str, tuple[str, str]]  # a recorded chunk's first event id -> (l
 
 
 def chunks(changes: Sequence[Change], size: int, recorded: Recorded | None = None) -> list[Chunk]:
-    """The changes in POSTs of at most ``size``, in order; where a recorded chunk starts, it
-    is cut again as recorded (when its last event is there)."""
+    """The changes in POSTs of at most ``size``, in order. Changes read again start where a
+    recorded group started (a group is read again from its first event): its chunks are cut
+    again as recorded, as long as their last events are there."""
     recorded = recorded or {}
     out: list[Chunk] = []
     i, n = 0, len(changes)
-    while i < n:
-        again = recorded.get(changes[i].id)
-        if again is not None:
-            last_id, key = again
-            end = next((j for j in range(i, n) if changes[j].id == last_id), -1)
-            if end >= 0:
-                out.append(_chunk(changes[i : end + 1], key))
-                i = end + 1
-                continue
+    while i < n and changes[i].id in recorded:
+        last_id, key = recorded[changes[i].id]
+        end = next((j for j in range(i, n) if changes[j].id == last_id), -1)
+        if end < 0:
             log.warning(
                 "webhook chunk %s is read again without its last event %s: its events go "
                 "under a new key (a receiver may see them twice)", key, last_id,
             )  # fmt: skip
-        end = min(n, i + size)
-        if recorded:  # a new chunk stops where a recorded one starts
-            end = next((j for j in range(i + 1, end) if changes[j].id in recorded), end)
-        out.append(_chunk(changes[i:end]))
-        i = end
+            break
+        out.append(_chunk(changes[i : end + 1], key))
+        i = end + 1
+    out += [_chunk(changes[k : k + size]) for k in range(i, n, size)]
     return out
 
 
