@@ -272,7 +272,11 @@ def chunks(
 
 def _drain(rows: Rows, arrow: bool) -> Iterable[Any]:
     if arrow or not isinstance(rows, GenericRows | TypedRows):
-        yield rows.batch()
+        batch = rows.batch()
+        if arrow or not getattr(rows, "tuples", False):
+            yield batch
+        else:  # rows decoded per batch: the tuples from it
+            yield from zip(*(c.to_pylist() for c in batch.columns), strict=True)
         return
     columns, rows.columns = rows.columns, [[] for _ in rows.columns]
     yield from zip(*columns, strict=True)

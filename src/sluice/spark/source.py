@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 from sluice.core.pieces import Piece
 from sluice.errors import BootstrapRequired
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
+from sluice.spark.arrowrows import FastGenericRows
 from sluice.spark.fetch import Fetcher
 from sluice.spark.logrows import LogRows
 from sluice.spark.options import SourceOptions, parse_options
@@ -66,7 +67,9 @@ class _Reading:
         self.typed_schema = typed_schema
         self._debezium: DebeziumWindows | None = None
 
-    def _rows(self, snapshot: bool) -> GenericRows | TypedRows | LogRows | DebeziumRows:
+    def _rows(
+        self, snapshot: bool
+    ) -> GenericRows | FastGenericRows | TypedRows | LogRows | DebeziumRows:
         op = "r" if snapshot else None
         if self.options.debezium is not None:
             if self._debezium is None:
@@ -78,6 +81,8 @@ class _Reading:
         options = self.options
         if options.include_raw and not options.images and options.arrow:
             return LogRows(op)  # the bootstrap log: its fast path
+        if not options.include_raw and options.images:
+            return FastGenericRows(op)  # decoded per batch with Arrow
         return GenericRows(options.include_raw, op, images=options.images)
 
     def _read(self, part: ScnRange) -> Iterator[pa.RecordBatch]:
