@@ -330,3 +330,7 @@ def run(events: int = 1_000_000, changes: int = 3_000_000, keys: int = 1_000_000
     print("wrote", write_results("spark", results))
     asyncio.set_event_loop(None)
     return results
+
+
+if __name__ == "__main__":
+    run()

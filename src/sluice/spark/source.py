@@ -81,7 +81,7 @@ class _Reading:
         options = self.options
         if options.include_raw and not options.images and options.arrow:
             return LogRows(op)  # the bootstrap log: its fast path
-        if not options.include_raw and options.images:
+        if not options.include_raw and options.images and options.arrow:
             return FastGenericRows(op)  # decoded per batch with Arrow
         return GenericRows(options.include_raw, op, images=options.images)
 
