@@ -212,9 +212,21 @@ def _synthetic_store(spark: Any, work: Path, changes: int, keys: int) -> Bootstr
         .withColumn("log_file", F.lit(1).cast("long"))
         .drop("id")
     )
-    df.select(*[c.split()[0] for c in LOG_DDL.split(", ")]).write.partitionBy(
-        "source", "log_file"
-    ).parquet(store.spark_path("log"))
+    # Through a streaming sink, as the log writer commits: the fold reads only a log that
+    # has its ``_spark_metadata`` (``BootstrapStore.has_log``).
+    staged = str(work / "staged-log")
+    df.select(*[c.split()[0] for c in LOG_DDL.split(", ")]).write.parquet(staged)
+    (
+        spark.readStream.schema(LOG_DDL)
+        .parquet(staged)
+        .writeStream.partitionBy("source", "log_file")
+        .format("parquet")
+        .option("path", store.spark_path("log"))
+        .option("checkpointLocation", str(work / "staged-ckpt"))
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination()
+    )
     return store
 
 
