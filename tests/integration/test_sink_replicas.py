@@ -159,12 +159,12 @@ def test_a_replica_equals_the_source_after_two_sigkills(
             run_with_kills(conn, sink, 300)
             stats = sink.wait_scn(wait_relay_caught_up(relay.url, conn))
             assert stats["delivery"] == "exactly-once" and stats["target_up"]
-            assert stats["target_stats"]["bulk_windows"] > 0  # the columnar path ran too
             assert_same_tables(conn, db, replica)
         finally:
             sink.stop()
     log = (tmp_path / "sink.log").read_text()
     assert "ADD COLUMN" in log  # the ALTER reached the replica as a new column
+    assert "windows go in bulk" in log  # the columnar path ran too (in one of the processes)
 
 
 def test_a_target_away_for_a_while_loses_nothing(

@@ -188,6 +188,8 @@ class SqlTarget:
         if batch.columns is None:
             self._buffer.extend(batch.changes)
             return
+        if not self.bulk_windows:
+            log.info("replica %s: windows go in bulk (decoded with Arrow)", self.describe())
         self.bulk_windows += 1
         if self._held_columns is None:
             self._held_columns = HeldColumns()
