@@ -261,11 +261,6 @@ def event_spans(window: bytes) -> EventSpans:
     return EventSpans(tables, starts, ops, order, truncate)
 
 
-def schema_versions(window: bytes | memoryview) -> set[tuple[str, int]]:
-    """The (source, schema version) pairs of a window's row events (headers only)."""
-    return event_spans(window if isinstance(window, bytes) else bytes(window)).versions()
-
-
 @dataclass(frozen=True, slots=True)
 class Filter:
     """Server-side filter: sources (encoded names) and a key partition ``index/count``."""

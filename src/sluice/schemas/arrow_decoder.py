@@ -90,7 +90,8 @@ def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
     return buf[index]
 
 
-def _validity(valid: np.ndarray) -> pa.Buffer | None:
+def validity_bitmap(valid: np.ndarray) -> pa.Buffer | None:
+    """Arrow's validity bitmap of a bool array (None when every value is valid)."""
     if valid.all():
         return None
     return pa.py_buffer(np.packbits(valid, bitorder="little"))
@@ -147,7 +148,7 @@ class _Column:
                 data = pa.py_buffer(wide)
             else:
                 data = pa.py_buffer(full)
-            return pa.Array.from_buffers(self.arrow, len(full), [_validity(valid), data])
+            return pa.Array.from_buffers(self.arrow, len(full), [validity_bitmap(valid), data])
 
         return build
 
@@ -167,7 +168,7 @@ class _Column:
             offsets = np.zeros(len(valid) + 1, dtype=np.int64)
             np.cumsum(full, out=offsets[1:])
             large = pa.large_string() if self.wire == "string" else pa.large_binary()
-            buffers = [_validity(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
+            buffers = [validity_bitmap(valid), pa.py_buffer(offsets), pa.py_buffer(data)]
             return pa.Array.from_buffers(large, len(valid), buffers).cast(self.arrow)
 
         return build

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.schemas.arrow_decoder import Images
+from sluice.schemas.arrow_decoder import validity_bitmap as _validity
 from sluice.schemas.avro import TableSchema
 from sluice.schemas.columns import KIND, Column, date_text, datetime_text, time_text
 
@@ -147,9 +148,7 @@ def _fixed_text(arr: pa.Array, pieces: list[_Piece]) -> pa.Array:
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     data = matrix.T[mask.T]
-    validity = None if not arr.null_count else arr.is_valid().buffers()[1]
-    if validity is not None and arr.is_valid().offset:
-        validity = pa.py_buffer(np.packbits(np.asarray(arr.is_valid()), bitorder="little"))
+    validity = _validity(np.asarray(arr.is_valid())) if arr.null_count else None
     buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.string(), n, buffers)
 

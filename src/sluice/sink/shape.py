@@ -199,6 +199,11 @@ class _TableShape:
         }
 
 
+def _spans(window: RecordWindow) -> wire.EventSpans:
+    """The window's headers as the client read them (whole windows), else read here."""
+    return window.spans or wire.event_spans(window.record)
+
+
 class Shaper:
     """Turns record windows into batches for one target."""
 
@@ -232,7 +237,7 @@ class Shaper:
     def _json_changes(self, window: RecordWindow) -> tuple[Change, ...] | None:
         """A window's changes with Sluice JSON bodies built per table with Arrow, when no
         event needs shaping on its own (no truncate, filter or dropped column)."""
-        spans = window.spans or wire.event_spans(window.record)
+        spans = _spans(window)
         if spans.has_truncate:
             return None
         scn, ts_ms, keys_wanted = window.scn, window.ts_ms, self.settings.keys
@@ -286,7 +291,7 @@ class Shaper:
 
     def _columnar(self, window: RecordWindow) -> Columnar | None:
         """The window as payload spans per table, when no event needs shaping on its own."""
-        spans = window.spans or wire.event_spans(window.record)
+        spans = _spans(window)
         if spans.has_truncate:
             return None
         parts = []

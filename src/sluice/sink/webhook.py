@@ -92,11 +92,7 @@ def chunks(changes: Sequence[Change], size: int, recorded: Recorded | None = Non
     while i < n and changes[i].id in recorded:
         last_id, key = recorded[changes[i].id]
         end = next((j for j in range(i, n) if changes[j].id == last_id), -1)
-        if end < 0:
-            log.warning(
-                "webhook chunk %s is read again without its last event %s: its events go "
-                "under a new key (a receiver may see them twice)", key, last_id,
-            )  # fmt: skip
+        if end < 0:  # its last event is not here: new keys from here (``deliver`` says so)
             break
         out.append(_chunk(changes[i : end + 1], key))
         i = end + 1
@@ -163,6 +159,8 @@ class WebhookTarget(CheckpointInAFile):
         if config.checkpoint_dir is not None:
             self._chunks_path = config.checkpoint_dir / f"{config.name}.webhook-chunks.json"
         self.posts = self.retries = self.dead_letters = 0
+        self.rekeyed = 0  # recorded chunks read again without their last event: new keys
+        self.chunks_file_error: str | None = None
         self.last_status: int | None = None
         self.last_error: str | None = None
         self.retrying: dict[str, Any] | None = None
@@ -175,6 +173,8 @@ class WebhookTarget(CheckpointInAFile):
             "posts": self.posts,
             "retries": self.retries,
             "dead_letters": self.dead_letters,
+            "rekeyed_chunks": self.rekeyed,
+            "chunks_file_error": self.chunks_file_error,
             "dead_letter_dir": str(self.dead_letter_dir),
             "last_status": self.last_status,
             "last_error": self.last_error,
@@ -223,6 +223,14 @@ class WebhookTarget(CheckpointInAFile):
         cut = chunks(batch.changes, self.batch_events, self._recorded)
         if not cut:
             return
+        again = self._recorded.get(batch.changes[0].id)
+        if again is not None and again[1] not in {c.key for c in cut}:
+            self.rekeyed += 1
+            log.warning(
+                "webhook %s: chunk %s is read again without its last event %s (a snapshot's "
+                "windows, or a relay that lost them): its events go under new keys, so a "
+                "receiver may see them twice", self.describe(), again[1], again[0],
+            )  # fmt: skip
         known = {key for _, key in self._recorded.values()}
         if any(chunk.key not in known for chunk in cut):
             await self._record(cut)
@@ -268,6 +276,7 @@ class WebhookTarget(CheckpointInAFile):
             if cut:
                 self._recorded_end = (cut[-1]["last"], int(cut[-1]["last_scn"]))
         except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.chunks_file_error = f"{path}: {exc}"
             log.warning(
                 "webhook %s: %s is unreadable (%s): chunks read again may get new keys",
                 self.describe(), path, exc,
