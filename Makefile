@@ -7,9 +7,10 @@ PIP ?= $(PYTHON) -m pip
 # System packages: MariaDB and PostgreSQL (tests start private servers; wal2json is the C
 # decoder the PostgreSQL benchmark measures against), a JRE for Spark, the MariaDB JDBC
 # driver for Spark jobs that read tables directly, and the brokers the sinks write to (tests
-# start private NATS, Redis and RabbitMQ servers). Installed only when missing.
+# start private NATS, Redis and RabbitMQ servers), and headless Chromium with its driver (the
+# console's tests). Installed only when missing.
 APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java postgresql \
-	postgresql-15-wal2json nats-server redis-server rabbitmq-server
+	postgresql-15-wal2json nats-server redis-server rabbitmq-server chromium chromium-driver
 
 setup:
 	@missing=""; \
@@ -21,6 +22,7 @@ setup:
 	  { command -v nats-server >/dev/null 2>&1 || test -x /usr/sbin/nats-server; } || missing="yes"; \
 	  { command -v redis-server >/dev/null 2>&1 || test -x /usr/bin/redis-server; } || missing="yes"; \
 	  { command -v rabbitmq-server >/dev/null 2>&1 || test -x /usr/sbin/rabbitmq-server; } || missing="yes"; \
+	  command -v chromedriver >/dev/null 2>&1 || missing="yes"; \
 	  if [ -n "$$missing" ]; then \
 	    (apt-get update -qq || true) && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \

@@ -76,6 +76,36 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
         spark.get("bootstrap_log_steady_vs_relay_capture"),
         1.0,
     )
+    # Issue 27: the `sluice` source's Arrow paths.
+    # One batch of 1,000,000 events includes the query's start (~1 s for a Python streaming
+    # source: Spark starts its source runner process), steady is the batches after it.
+    for label, key in (
+        ("generic rows, one batch", "sluice_arrow_vs_spark_parquet"),
+        ("generic rows, split=scn, one batch", "sluice_scn_split_vs_spark_parquet"),
+        ("typed rows, one batch", "sluice_typed_vs_spark_parquet"),
+        ("generic rows, steady", "sluice_generic_steady_vs_spark_parquet"),
+        ("typed rows, steady", "sluice_typed_steady_vs_spark_parquet"),
+    ):
+        add(f"relay -> Parquet, {label} >= 0.5x Spark's Parquet (issue 27)", spark.get(key), 0.5)
+    add(
+        "relay -> Parquet, typed rows >= relay capture rate (issue 27)",
+        spark.get("sluice_typed_vs_relay_capture"),
+        1.0,
+    )
+    ceiling = spark.get("ceiling")
+    if isinstance(ceiling, dict) and "streaming_python_source_vs_spark_parquet" in ceiling:
+        rows.append(("ceiling of any Python streaming source (pre-built Arrow), one batch "
+                     "(issue 27)", f"{ceiling['streaming_python_source_vs_spark_parquet']}x",
+                     "-"))  # fmt: skip
+    connect = spark.get("connect")
+    if isinstance(connect, dict):
+        for label, key in (
+            ("one batch", "connect_vs_classic"),
+            ("steady", "connect_vs_classic_steady"),
+        ):
+            if key in connect:
+                rows.append((f"relay -> Parquet over Spark Connect vs classic, {label} "
+                             "(issue 27)", f"{connect[key]}x", "-"))  # fmt: skip
     # Issue 10: PostgreSQL capture.
     pg = _load("pg_capture")
     for workload, label in (
@@ -370,6 +400,49 @@ def render() -> str:
                         f"{_n(pq['spark_parquet_events_per_s'])} events/s "
                         f"(Sluice {pq['sluice_arrow_vs_spark_parquet']}x)",
                     ),
+                    *(
+                        [
+                            (
+                                "relay -> Parquet, `sluice` source, Arrow, `split=scn`",
+                                f"{_n(pq['sluice_scn_split_events_per_s'])} events/s "
+                                f"({pq['sluice_scn_split_vs_spark_parquet']}x)",
+                            ),
+                            (
+                                "relay -> Parquet, `sluice` source, typed columns, `split=scn`",
+                                f"{_n(pq['sluice_typed_events_per_s'])} events/s "
+                                f"({pq['sluice_typed_vs_spark_parquet']}x Spark's Parquet -> "
+                                f"Parquet of the same rows, "
+                                f"{_n(pq['spark_parquet_typed_events_per_s'])} events/s)",
+                            ),
+                            (
+                                "relay -> Parquet over Spark Connect (generic, Arrow)",
+                                f"{_n(pq['connect']['sluice_connect_events_per_s'])} events/s "
+                                f"({pq['connect']['connect_vs_classic']}x classic)",
+                            ),
+                        ]
+                        if "connect" in pq
+                        else []
+                    ),
+                    *(
+                        [
+                            (
+                                "steady (batches of 250,000 after the first): generic rows",
+                                f"{_n(pq['sluice_generic_steady_events_per_s'])} events/s "
+                                f"({pq['sluice_generic_steady_vs_spark_parquet']}x Spark's "
+                                "Parquet source on the same rows and batches, "
+                                f"{_n(pq['spark_parquet_generic_steady_events_per_s'])} "
+                                "events/s)",
+                            ),
+                            (
+                                "steady: typed rows",
+                                f"{_n(pq['sluice_typed_steady_events_per_s'])} events/s "
+                                f"({pq['sluice_typed_steady_vs_spark_parquet']}x; Spark's "
+                                f"{_n(pq['spark_parquet_typed_steady_events_per_s'])} events/s)",
+                            ),
+                        ]
+                        if "sluice_typed_steady_events_per_s" in pq
+                        else []
+                    ),
                     (
                         f"fold, {_n(fold['changes'])} changes / {_n(fold['keys'])} keys",
                         f"{fold['fold_full_s_warm']} s warm ({fold['fold_full_s_cold']} s cold)",
@@ -417,7 +490,21 @@ def render() -> str:
                                 f"{_n(pq['ceiling']['python_source_rows_per_s'])} rows/s "
                                 f"({pq['ceiling']['python_source_vs_spark_parquet']}x Spark's "
                                 "Parquet -> Parquet of the same rows, batch)",
-                            )
+                            ),
+                            *(
+                                [
+                                    (
+                                        "ceiling, streaming: the same as one availableNow "
+                                        "micro-batch",
+                                        f"{_n(pq['ceiling']['streaming_python_source_rows_per_s'])}"
+                                        " rows/s ("
+                                        f"{pq['ceiling']['streaming_python_source_vs_spark_parquet']}"
+                                        "x Spark's Parquet source, one micro-batch)",
+                                    )
+                                ]
+                                if "streaming_python_source_rows_per_s" in pq["ceiling"]
+                                else []
+                            ),
                         ]
                         if "ceiling" in pq
                         else []

@@ -67,10 +67,20 @@ def _steady(stream: Any, out: str) -> float:
     return float(rows / (sum(p["durationMs"]["triggerExecution"] for p in later) / 1000))
 
 
-def _relay_to_parquet(spark: Any, relay: str, out: str, arrow: bool, **options: str) -> float:
+def _sluice(spark: Any, relay: str, options: dict[str, str], arrow: bool = True) -> Any:
     reader = spark.readStream.format("sluice").option("relay", relay).options(**options)
-    stream = reader.option("arrow", str(arrow).lower()).option("partitions", "2").load()
-    return _to_parquet(stream, out)
+    return reader.option("arrow", str(arrow).lower()).option("partitions", "2").load()
+
+
+def _relay_to_parquet(spark: Any, relay: str, out: str, arrow: bool, **options: str) -> float:
+    return _to_parquet(_sluice(spark, relay, options, arrow), out)
+
+
+def _parquet_steady(spark: Any, files: str, out: str) -> float:
+    """Spark's Parquet source, steady, two of ``_parquet_files``' eight files a batch."""
+    schema = spark.read.parquet(files).schema
+    stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", "2").parquet(files)
+    return _steady(stream, out)
 
 
 def _parquet_to_parquet(spark: Any, source: str, out: str) -> float:
@@ -130,6 +140,17 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
             spark.read.format("sluice").option("relay", relay.url).load().count()
             tuples_s = _relay_to_parquet(spark, relay.url, str(work / "tuples"), False)
             arrow_s = _relay_to_parquet(spark, relay.url, str(work / "arrow"), True)
+            # split=scn: each task reads whole windows of the buffer as it is (no per-event
+            # key filtering in the relay, which costs the relay ~2 us an event a partition).
+            scn_s = _relay_to_parquet(spark, relay.url, str(work / "scn"), True, split="scn")
+            typed = {"typed": "true", "sources": "bench.t", "split": "scn"}
+            typed_s = _relay_to_parquet(spark, relay.url, str(work / "typed"), True, **typed)
+            # Steady: the micro-batches after the first, a quarter of the events each (the
+            # first also pays for starting the query and Spark's Python source runner).
+            quarter = {"maxEventsPerTrigger": str(events // 4), "split": "scn"}
+            generic_steady = _steady(_sluice(spark, relay.url, quarter), str(work / "g_st"))
+            typed_steady = _steady(_sluice(spark, relay.url, typed | quarter), str(work / "t_st"))
+            connect = _connect_bench(relay.url, work, events, scn_s)
             # What `bootstrap run` does: the log writer (raw payloads and keys, no JSON
             # images) into a store, in one batch, then in four (the first left out: steady).
             # One batch: the whole run, its start included, as Spark's query start is.
@@ -144,12 +165,15 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
         log_parquet_s = _parquet_to_parquet(spark, source, str(work / "pq_log"))
         # ... and over the `sluice` source's own output (the JSON images too).
         parquet_s = _parquet_to_parquet(spark, str(work / "arrow" / "data"), str(work / "pq"))
-        parquet_steady = _steady(
-            spark.readStream.schema(spark.read.parquet(source).schema)
-            .option("maxFilesPerTrigger", "2")
-            .parquet(source),
-            str(work / "pq_steady"),
+        typed_parquet_s = _parquet_to_parquet(
+            spark, str(work / "typed" / "data"), str(work / "pq_typed")
         )
+        parquet_steady = _parquet_steady(spark, source, str(work / "pq_steady"))
+        # Spark's Parquet source over the `sluice` source's own rows, in the same batches
+        generic_files = _parquet_files(spark, str(work / "arrow" / "data"), str(work / "g8"), 8)
+        parquet_generic_steady = _parquet_steady(spark, generic_files, str(work / "pq_g_st"))
+        typed_files = _parquet_files(spark, str(work / "typed" / "data"), str(work / "t8"), 8)
+        parquet_typed_steady = _parquet_steady(spark, typed_files, str(work / "pq_t_st"))
         # The relay's own capture rate over the same binlog: a fresh relay from the start.
         captured, capture_s = relay_catch_up(db, start, target)
         conn.close()
@@ -169,6 +193,40 @@ def _stream_bench(spark: Any, work: Path, events: int) -> dict[str, Any]:
         "bootstrap_log_steady_vs_relay_capture": round(store_steady / (captured / capture_s), 2),
         "arrow_vs_tuples": round(tuples_s / arrow_s, 2),
         "sluice_arrow_vs_spark_parquet": round(parquet_s / arrow_s, 2),
+        "sluice_scn_split_events_per_s": round(events / scn_s),
+        "sluice_scn_split_vs_spark_parquet": round(parquet_s / scn_s, 2),
+        "sluice_typed_events_per_s": round(events / typed_s),
+        "spark_parquet_typed_events_per_s": round(events / typed_parquet_s),
+        "sluice_typed_vs_spark_parquet": round(typed_parquet_s / typed_s, 2),
+        "sluice_generic_steady_events_per_s": round(generic_steady),
+        "spark_parquet_generic_steady_events_per_s": round(parquet_generic_steady),
+        "sluice_generic_steady_vs_spark_parquet": round(generic_steady / parquet_generic_steady, 2),
+        "sluice_typed_steady_events_per_s": round(typed_steady),
+        "spark_parquet_typed_steady_events_per_s": round(parquet_typed_steady),
+        "sluice_typed_steady_vs_spark_parquet": round(typed_steady / parquet_typed_steady, 2),
+        "sluice_typed_vs_relay_capture": round((events / typed_s) / (captured / capture_s), 2),
+        "connect": connect,
+    }
+
+
+def _connect_bench(relay: str, work: Path, events: int, classic_s: float) -> dict[str, Any]:
+    """The same relay -> Parquet (generic columns, Arrow) from a Spark Connect client against
+    a private Connect server (``local[2]``, its own JVM), against the classic session's run."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from sluice.testing.spark_connect import PrivateConnectServer
+
+    with PrivateConnectServer() as server:
+        remote = ConnectSession.builder.remote(server.url).getOrCreate()
+        register(remote)
+        # Warm its JVM and Python workers as the classic session was.
+        remote.read.format("sluice").option("relay", relay).load().count()
+        connect_s = _relay_to_parquet(remote, relay, str(work / "connect"), True, split="scn")
+        remote.stop()
+    return {
+        "sluice_connect_events_per_s": round(events / connect_s),
+        "sluice_classic_events_per_s": round(events / classic_s),
+        "connect_vs_classic": round(classic_s / connect_s, 2),
     }
 
 
@@ -329,6 +387,22 @@ def run(events: int = 1_000_000, changes: int = 3_000_000, keys: int = 1_000_000
                 ("Arrow vs tuples", f"{stream['arrow_vs_tuples']}x"),
                 ("sluice (Arrow) vs Spark Parquet", f"{stream['sluice_arrow_vs_spark_parquet']}x"),
                 (
+                    "relay->Parquet, sluice source, Arrow, split=scn",
+                    f"{stream['sluice_scn_split_events_per_s']} ev/s "
+                    f"({stream['sluice_scn_split_vs_spark_parquet']}x Spark's Parquet)",
+                ),
+                (
+                    "relay->Parquet, sluice source, typed columns, split=scn",
+                    f"{stream['sluice_typed_events_per_s']} ev/s "
+                    f"({stream['sluice_typed_vs_spark_parquet']}x Spark's Parquet of the same "
+                    f"rows, {stream['spark_parquet_typed_events_per_s']} ev/s)",
+                ),
+                (
+                    "relay->Parquet over Spark Connect",
+                    f"{stream['connect']['sluice_connect_events_per_s']} ev/s "
+                    f"({stream['connect']['connect_vs_classic']}x classic)",
+                ),
+                (
                     f"fold {changes:,} changes / {keys:,} keys (warm)",
                     f"{folded['fold_full_s_warm']} s",
                 ),
@@ -344,5 +418,21 @@ def run(events: int = 1_000_000, changes: int = 3_000_000, keys: int = 1_000_000
     return results
 
 
+def stream_only(events: int = 1_000_000) -> dict[str, Any]:
+    """Only the relay -> Parquet measures (``python -m benchmarks.spark_path stream``)."""
+    work = Path(tempfile.mkdtemp(prefix="sluice-spark-bench-"))
+    spark = spark_session("local[2]", "sluice-bench")
+    register(spark)
+    try:
+        stream = _stream_bench(spark, work, events)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(stream, indent=2))
+    return stream
+
+
 if __name__ == "__main__":
-    run()
+    import sys
+
+    stream_only() if sys.argv[1:] == ["stream"] else run()

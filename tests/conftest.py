@@ -111,3 +111,14 @@ def redis_server() -> Iterator[PrivateRedis]:
 def rabbitmq_server() -> Iterator[PrivateRabbitMQ]:
     with PrivateRabbitMQ() as server:  # a private node, ~5 s to start; raises BrokerNotAvailable
         yield server
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the run (the console's tests)."""
+    from sluice.testing.browser import start_chromium
+
+    driver = start_chromium()
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()

@@ -22,6 +22,8 @@ Tree::
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SluiceError(Exception):
     """Root of every error Sluice raises on purpose."""
@@ -124,3 +126,21 @@ def first_line(exc: BaseException) -> str:
     or an error sentence does not need), or its repr when it has no message."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else repr(exc)
+
+
+def raise_for_status(status: int, body: dict[str, Any], url: str, since_scn: int | None) -> None:
+    """The error a relay's (or bootstrap server's) HTTP answer ``status`` with its JSON
+    ``body`` means (shared by the async client and Spark's blocking reader)."""
+    message = f"{url}: {body.get('error', f'HTTP {status}')}"
+    if status == 410 and isinstance(body.get("gap"), list) and len(body["gap"]) == 2:
+        after, until = (int(v) for v in body["gap"])
+        raise LogGap(message, scn=since_scn, after_scn=after, until_scn=until)
+    if status == 410:
+        raise BootstrapRequired(message, scn=since_scn, oldest_scn=body.get("oldest_scn"))
+    if status == 409:
+        raise CheckpointError(message, scn=since_scn)
+    if status == 404 and "sources" in body:
+        raise SchemaError(message)
+    if 400 <= status < 500:
+        raise BadRequest(message)
+    raise RelayUnavailable(message)

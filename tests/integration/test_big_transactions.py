@@ -27,6 +27,7 @@ from tests.integration.support import (
 )
 
 ROWS = 400_000
+WARM = 20_000  # rows of the warm-up transaction: ~5 MB, a few capture parts
 PAD = "x" * 170  # ~200-byte rows
 
 
@@ -72,25 +73,26 @@ def _start(args: list[str], log: Path, sampler: _Sampler) -> RelayProcess:
     return relay
 
 
-def _held(relay_url: str) -> bool:
+def _held(relay_url: str, min_bytes: int = 0) -> bool:
+    """A window is held in a file, none is being received, and held windows total more than
+    ``min_bytes``."""
     held = get_json(relay_url + "/stats")["window_files"]
-    return bool(held["windows"] >= 1 and held["receiving_bytes"] == 0)
+    return bool(held["windows"] >= 1 and held["receiving_bytes"] == 0 and held["bytes"] > min_bytes)
 
 
 def _through_a_kill(
     args: list[str],
     tmp_path: Path,
-    write: Callable[[], None],
+    write: Callable[[int], None],
     check: Callable[[ReplicaConsumer], None],
 ) -> None:
-    """Start a relay and a live client, run ``write`` (the big transaction), SIGKILL the relay
-    while it receives it, restart it; then both the live client and a late one must pass
-    ``check``."""
+    """Start a relay and a live client, run ``write(WARM)`` (a transaction of a few parts), then
+    ``write(ROWS)`` (the big one), SIGKILL the relay while it receives it, restart it; then
+    both the live client and a late one must pass ``check``."""
     log = tmp_path / "relay.log"
     with _Sampler().running() as sampler:
         relay = _start(args, log, sampler)
         start = get_json(relay.url + "/stats")["min_scn"]
-        base = _anon_rss(sampler.pid)  # the relay's memory serving, before the transaction
         live = ReplicaConsumer()
         client = Client(
             ClientConfig(relays=(relay.url,), since_scn=start, retry=RetryPolicy(max_s=0.2)),
@@ -100,7 +102,18 @@ def _through_a_kill(
         runner = threading.Thread(target=client.run, daemon=True)
         runner.start()
         try:
-            write()
+            # The relay's memory serving, warm: after a transaction of a few parts went through
+            # (pools and buffers its first parts start belong to the base, not the growth)
+            write(WARM)
+            wait_for(
+                lambda: get_json(relay.url + "/stats")["max_scn"] > start,
+                120,
+                "the warm-up transaction captured",
+            )
+            warm_scn = get_json(relay.url + "/stats")["max_scn"]
+            wait_for(lambda: live.scn >= warm_scn, 120, "the warm-up transaction delivered")
+            base = _anon_rss(sampler.pid)
+            write(ROWS)
             wait_for(
                 lambda: (
                     get_json(relay.url + "/stats")["window_files"]["receiving_bytes"] > 40 << 20
@@ -110,7 +123,8 @@ def _through_a_kill(
             )
             relay.kill()  # mid-transaction: part of it is in windows/open.tmp
             relay = _start(args, log, sampler)
-            wait_for(lambda: _held(relay.url), 300, "the big window held")
+            big = 2 * get_json(relay.url + "/stats")["buffer_capacity"]
+            wait_for(lambda: _held(relay.url, big), 300, "the big window held")
             stats = get_json(relay.url + "/stats")
             assert stats["window_files"]["windows"] >= 1
             assert stats["window_files"]["bytes"] > 2 * stats["buffer_capacity"]
@@ -141,13 +155,14 @@ def test_mariadb_transaction_of_3x_the_buffer_through_a_relay_sigkill(
     args += ["--data-dir", str(tmp_path / "relay")]
     args += ["--table", source]
 
-    def write() -> None:
+    def write(rows: int) -> None:
         with conn.cursor() as cur:
             cur.execute("BEGIN")
-            cur.execute("UPDATE wide SET n = n + 1, pad = CONCAT('u', pad)")
-            cur.execute(
-                f"INSERT INTO wide SELECT seq, seq, '{PAD}' FROM seq_{ROWS + 1}_to_{2 * ROWS}"
-            )
+            cur.execute(f"UPDATE wide SET n = n + 1, pad = CONCAT('u', pad) WHERE id <= {rows}")
+            if rows == ROWS:
+                cur.execute(
+                    f"INSERT INTO wide SELECT seq, seq, '{PAD}' FROM seq_{ROWS + 1}_to_{2 * ROWS}"
+                )
             cur.execute("COMMIT")
 
     _through_a_kill(args, tmp_path, write, lambda r: assert_replica_equals(r, conn, [source]))
@@ -163,14 +178,15 @@ def test_postgres_transaction_of_3x_the_buffer_through_a_relay_sigkill(
     args = ["--source", postgres.source_url(pg_database), "--port", str(free_port())]
     args += ["--data-dir", str(tmp_path / "relay"), "--table", "public.wide"]
 
-    def write() -> None:
+    def write(rows: int) -> None:
         with conn.cursor() as cur:
             cur.execute("BEGIN")
-            cur.execute("UPDATE wide SET n = n + 1, pad = 'u' || pad")
-            cur.execute(
-                f"INSERT INTO wide SELECT g, g, '{PAD}' FROM generate_series({ROWS + 1}, "
-                f"{2 * ROWS}) g"
-            )
+            cur.execute(f"UPDATE wide SET n = n + 1, pad = 'u' || pad WHERE id <= {rows}")
+            if rows == ROWS:
+                cur.execute(
+                    f"INSERT INTO wide SELECT g, g, '{PAD}' FROM generate_series({ROWS + 1}, "
+                    f"{2 * ROWS}) g"
+                )
             cur.execute("COMMIT")
 
     def check(replica: ReplicaConsumer) -> None:

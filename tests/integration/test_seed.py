@@ -313,3 +313,29 @@ def test_a_table_added_later_is_logged_from_then_on_and_seeded(
         )
     assert_replica_equals(replica, conn, [first, later])
     conn.close()
+
+
+def test_the_bootstrap_console_shows_the_store_its_seeds_and_folds(
+    seeded: dict[str, Any], browser: Any, tmp_path: Path
+) -> None:
+    """The bootstrap server's page in headless Chromium: the log's range, the snapshot
+    generation it serves, and each table's seed (rows, chunks)."""
+    from tests.integration.test_console import shot, text
+
+    server = seeded["server"]
+    stats = get_json(server.url + "/stats")
+    browser.get(server.url + "/ui")
+    wait_for(lambda: text(browser, "#role") == "bootstrap", 30, "the bootstrap page")
+    wait_for(lambda: f"{stats['max_scn']:,}" in text(browser, "#log-range"), 30, "the log range")
+    assert text(browser, "#snapshot-scn") == f"{stats['snapshot_scn']:,}"
+    served = browser.execute_script(
+        "return [...document.querySelectorAll('#generations tr[data-generation]')]"
+        ".filter(r => r.textContent.includes('served')).length"
+    )
+    assert served == 1
+    for source, table in stats["tables"].items():
+        seed = table["seeded"]
+        row = f'#source-table tr[data-source="{source}"]'
+        assert f"{seed['rows']:,} rows in {seed['chunks']:,} chunks" in text(browser, row)
+    assert text(browser, "#fold-error") == "none"
+    shot(browser, tmp_path, "console-bootstrap")

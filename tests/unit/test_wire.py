@@ -51,25 +51,47 @@ def test_window_roundtrip_and_stream_parsing(
     assert frames == [record, wire.Heartbeat(scn), record] and parser.pending == 0
 
 
+with_truncates = st.lists(
+    st.builds(
+        wire.RawEvent,
+        source=st.sampled_from(["a.x", "b.y", "ü.z"]),
+        op=st.sampled_from(["c", "u", "d", "r", "t"]),
+        schema_version=st.integers(0, 65535),
+        key_hash=st.integers(0, 2**32 - 1),
+        payload=st.binary(max_size=200),
+    ),
+    max_size=20,
+)
+
+
 @given(
-    events=events,
+    events=with_truncates,
     index=st.integers(0, 3),
-    count=st.integers(1, 4),
-    sources=st.sets(st.sampled_from(["a.x", "b.y", "ü.z"])),
+    count=st.one_of(st.none(), st.integers(1, 4)),
+    sources=st.one_of(st.none(), st.sets(st.sampled_from(["a.x", "b.y", "ü.z"]))),
 )
 def test_filters_keep_exactly_the_matching_events(
-    events: list[wire.RawEvent], index: int, count: int, sources: set[str]
+    events: list[wire.RawEvent], index: int, count: int | None, sources: set[str] | None
 ) -> None:
-    index %= count
     record = wire.encode_window(9, 8, 0, [wire.encode_event(e) for e in events])
-    flt = wire.Filter(frozenset(s.encode() for s in sources), (index, count))
-    kept = [e for e in events if e.source in sources and e.key_hash % count == index]
+    partition = None if count is None else (index % count, count)
+    names = None if sources is None else frozenset(s.encode() for s in sources)
+    flt = wire.Filter(names, partition)
+    # a truncate concerns every key: every partition keeps it
+    kept = [
+        e
+        for e in events
+        if (sources is None or e.source in sources)
+        and (partition is None or e.op == "t" or e.key_hash % partition[1] == partition[0])
+    ]
     result = wire.filter_window(record, flt)
     if not kept:
-        assert result is None
+        assert result is None or (flt.is_open and not events)
     else:
         assert result is not None and wire.decode_events(result) == kept
         assert wire.read_window_header(result).scn == 9
+        if len(kept) == len(events):
+            assert result == record  # kept whole: the record itself
 
 
 def test_corrupt_stream_is_an_error() -> None:

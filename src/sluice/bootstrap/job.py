@@ -6,12 +6,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import sys
 import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -22,11 +24,14 @@ from sluice.bootstrap.logwriter import LogWriter
 from sluice.bootstrap.store import BootstrapStore
 from sluice.capture.source import seed_jars
 from sluice.core.names import schemas_path
-from sluice.errors import SluiceError
+from sluice.errors import ConfigError, SluiceError
 from sluice.spark import register
 from sluice.spark.fetch import Fetcher
 from sluice.spark.http import get_json
 from sluice.spark.options import parse_options
+
+if TYPE_CHECKING:
+    from sluice.bootstrap.seed.job import Progress
 
 log = logging.getLogger(__name__)
 
@@ -57,20 +62,30 @@ def spark_session(
     jars: tuple[str, ...] = (),
 ) -> Any:
     """A session tuned for small machines unless spark-submit already configured one.
+    ``master``: ``local[N]``, ``spark://HOST:PORT``, or ``sc://HOST:PORT`` for a Spark Connect
+    server (also taken from ``SPARK_REMOTE`` when no master is given).
     ``quiet``: the JVM's own output (start-up warnings, log4j) goes to a file, not stderr.
     ``jars``: JDBC drivers to load (they take effect only if this starts the JVM)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    remote = master if master and master.startswith("sc://") else None
+    if master is None and os.environ.get("SPARK_REMOTE", "").startswith("sc://"):
+        remote = os.environ["SPARK_REMOTE"]
+    if remote is not None:
+        return _connect_session(remote, app, jars)
+    # On one machine everything talks over 127.0.0.1; a cluster's executors must reach the
+    # driver at an address spark-submit or Spark itself picks.
+    local = master.startswith("local") if master else "SPARK_HOME" not in os.environ
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings = {
         "spark.app.name": app,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
-        "spark.sql.session.timeZone": "UTC",
+        **_RUNTIME,
     }
     if master or "SPARK_HOME" not in os.environ:
         settings["spark.master"] = master or "local[2]"
-    if not master or master.startswith("local"):
+    if local:
         settings["spark.driver.host"] = "127.0.0.1"
     if jars:
         settings["spark.jars"] = ",".join(jars)
@@ -82,6 +97,66 @@ def spark_session(
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SLUICE_SPARK_LOG_LEVEL", "ERROR"))
     return session
+
+
+# Settings a session may change at run time: the only ones a Spark Connect client can set.
+_RUNTIME = {"spark.sql.shuffle.partitions": "4", "spark.sql.session.timeZone": "UTC"}
+
+
+def _connect_session(remote: str, app: str, jars: tuple[str, ...]) -> Any:
+    """A Spark Connect session. The server runs the jobs: the JDBC driver must be on its
+    classpath (its ``--jars``); it is also sent as a session artifact."""
+    check_connect_server(remote)
+    session = SparkSession.builder.remote(remote).appName(app).getOrCreate()
+    for key, value in _RUNTIME.items():
+        session.conf.set(key, value)
+    present = [j for j in jars if Path(j).is_file()]
+    if present:
+        try:
+            session.addArtifacts(*present)
+        except Exception as exc:  # the server may already have it: said, not fatal
+            log.warning("could not send %s to the Spark Connect server: %s", present, exc)
+    return session
+
+
+def check_connect_server(remote: str, timeout_s: float = 10.0) -> None:
+    """Refuse at once a Connect server nobody answers at: Spark's Connect client would retry
+    for minutes without a word. Says host and port only (the URL may carry a token)."""
+    parts = urlsplit(remote)
+    try:
+        host, port = parts.hostname, parts.port or 15002
+    except ValueError:
+        raise ConfigError(
+            f"bad Spark Connect URL: the port of {parts.netloc!r} is not a number"
+        ) from None
+    if not host:
+        raise ConfigError("bad Spark Connect URL: expected sc://HOST:PORT")
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot reach a Spark Connect server at {host}:{port} ({exc}); start one "
+            "(pyspark's sbin/start-connect-server.sh) or fix --master / SPARK_REMOTE"
+        ) from None
+
+
+def is_connect(spark: Any) -> bool:
+    """A Spark Connect session (no SparkContext: jobs are described and cancelled through
+    the session itself)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def describe_jobs(spark: Any, text: str) -> None:
+    """The description Spark's UI shows for the next jobs (classic sessions only)."""
+    if not is_connect(spark):
+        spark.sparkContext.setJobDescription(text)
+
+
+def cancel_jobs(spark: Any) -> None:
+    if is_connect(spark):
+        spark.interruptAll()
+    else:
+        spark.sparkContext.cancelAllJobs()
 
 
 def _quiet_gateway(settings: dict[str, str]) -> None:
@@ -126,10 +201,14 @@ def save_schemas(relays: tuple[str, ...], sources: tuple[str, ...], store: Boots
 class BootstrapJob:
     """Start with ``run()``; ``stop()`` from another thread (or a signal) ends it."""
 
-    def __init__(self, config: JobConfig, spark: Any | None = None) -> None:
+    def __init__(
+        self, config: JobConfig, spark: Any | None = None, seed_progress: Progress | None = None
+    ) -> None:
+        """``seed_progress``: told how each seed goes (default: log lines)."""
         self.config = config
         self.store = BootstrapStore(config.store)
         self._spark = spark
+        self._seed_progress = seed_progress
         self._stop = threading.Event()
         self.log_writer: LogWriter | None = None
         self.error: BaseException | None = None
@@ -234,12 +313,15 @@ class BootstrapJob:
         self.seeded = True
 
     def _seed_sources(self, spark: Any, sources: tuple[str, ...]) -> None:
-        from sluice.bootstrap.seed.job import DEFAULT_CHUNK_ROWS, SeedConfig, SeedJob  # noqa: PLC0415
+        from sluice.bootstrap.seed import job as seed  # noqa: PLC0415
 
         assert self.config.seed is not None
-        chunk_rows = self.config.seed_chunk_rows or DEFAULT_CHUNK_ROWS
-        config = SeedConfig(self.config.seed, sources, self.store.uri, chunk_rows)
-        job = SeedJob(config, progress=log.info)
+        chunk_rows = self.config.seed_chunk_rows or seed.DEFAULT_CHUNK_ROWS
+        config = seed.SeedConfig(self.config.seed, sources, self.store.uri, chunk_rows)
+        if self._seed_progress is None:
+            job = seed.SeedJob(config, progress=seed.log_progress)
+        else:  # a display: counts every second
+            job = seed.SeedJob(config, progress=self._seed_progress, progress_every_s=1.0)
         job.prepare()
         report = job.run(spark)
         log.info(

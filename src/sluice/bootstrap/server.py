@@ -13,7 +13,7 @@ from aiohttp import web
 
 from sluice.bootstrap.health import fold_problem
 from sluice.bootstrap.reader import StoreReader
-from sluice.bootstrap.seed.records import SeedRecords
+from sluice.bootstrap.seed.records import ChunkDone, SeedRecords
 from sluice.bootstrap.store import (
     GENERATION_SHIFT,
     BootstrapStore,
@@ -21,8 +21,10 @@ from sluice.bootstrap.store import (
     gaps_after,
     generation_dir,
 )
+from sluice.console import add_console
 from sluice.core import wire
 from sluice.core.component import AsyncComponent
+from sluice.core.names import redact
 from sluice.core.requests import (
     MAX_SCN,
     HttpProblem,
@@ -59,8 +61,11 @@ class BootstrapServer(AsyncComponent):
         host: str = "127.0.0.1",
         port: int = 7080,
         max_clients: int = MAX_CLIENTS,
+        name: str = "bootstrap",
     ) -> None:
         self.reader = StoreReader(BootstrapStore(store))
+        self.name = name
+        self._seed_chunks: dict[tuple[str, int], dict[int, ChunkDone]] = {}  # read once each
         self.host, self.port = host, port
         self.max_clients = max_clients
         self.clients = 0  # /stream and /snapshot answers being written now
@@ -87,6 +92,7 @@ class BootstrapServer(AsyncComponent):
             ("/healthz", self.healthz),
         ):
             app.router.add_get(path, handler)
+        add_console(app)
         self._runner = web.AppRunner(
             app,
             access_log=None,
@@ -112,6 +118,10 @@ class BootstrapServer(AsyncComponent):
         current = self.reader.store.current() or {}
         snapshot = current.get("scn")
         return {
+            "role": "bootstrap",
+            "name": self.name,
+            "store": redact(self.reader.store.uri),
+            "generations": self.reader.store.generations(),
             "log_start_scn": self.reader.meta.log_start_scn,
             "min_scn": self.reader.meta.log_start_scn,
             "max_scn": view.max_scn,
@@ -152,6 +162,8 @@ class BootstrapServer(AsyncComponent):
             seeded = records.seeded(source)
             out[source] = {
                 "seeded": None if seeded is None else seeded.to_json(),
+                # a seed being written now: its chunks so far, its pace and ETA
+                "seeding": records.in_progress(source, self._seed_chunks),
                 "seed_in_snapshot": current.get("seeds", {}).get(source),
                 # A job behind the relay reads the range from the source's binlog through the
                 # relay (cold read); only where the source purged it too is there a gap.

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from pyspark.errors import PySparkException
 
-from sluice.bootstrap.job import spark_failure, spark_session
+from sluice.bootstrap.job import cancel_jobs, spark_failure, spark_session
 from sluice.errors import Interrupted, SluiceError
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def run_spark_command(
             if spark is not None:
                 # From another thread: this one is inside a Py4J call (its connection is busy).
                 # The blocked Spark call then returns with an error, reported as Interrupted.
-                threading.Thread(target=spark.sparkContext.cancelAllJobs, daemon=True).start()
+                threading.Thread(target=cancel_jobs, args=(spark,), daemon=True).start()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -100,6 +100,12 @@ def generation_dir(scn: int, generation: int) -> str:
     return f"snapshots/scn={scn}" if generation <= 1 else f"snapshots/scn={scn}.{generation}"
 
 
+def _snapshot_order(folder: str) -> tuple[int, int]:
+    """``scn=N`` -> (N, 1), ``scn=N.K`` -> (N, K)."""
+    scn, _, k = folder.split("=", 1)[1].partition(".")
+    return int(scn), int(k or 1)
+
+
 def gaps_after(gaps: list[Gap], scn: int, sources: list[str] | None = None) -> list[Gap]:
     """The gaps a reader starting after ``scn`` would cross (of ``sources``, or all)."""
     return [g for g in gaps if g.until_scn > scn and (sources is None or g.source in sources)]
@@ -276,22 +282,27 @@ class BootstrapStore:
         self.write_json({"scn": scn, "seeds": seeds or {}, "dir": name}, "snapshots", "CURRENT")
         self._prune(name)
 
-    def _prune(self, current: str) -> None:
+    def generations(self) -> list[dict[str, Any]]:
+        """Snapshot generations in the store, oldest first: SCN, generation, folder, and
+        whether it is the one served."""
+        current = self.current() or {}
+        served = current.get("dir") or (f"scn={current['scn']}" if "scn" in current else None)
+        return [
+            {"scn": scn, "generation": k, "dir": name, "current": name == served}
+            for name, (scn, k) in self._snapshot_dirs()
+        ]
+
+    def _snapshot_dirs(self) -> list[tuple[str, tuple[int, int]]]:
+        """``(folder, (scn, generation))`` of each ``snapshots/scn=...`` folder, oldest first."""
         selector = pafs.FileSelector(self.path("snapshots"), allow_not_found=True)
+        names = []
+        for info in self.fs.get_file_info(selector):
+            if info.base_name.startswith("scn=") and info.type == pafs.FileType.Directory:
+                names.append((info.base_name, _snapshot_order(info.base_name)))
+        return sorted(names, key=lambda item: item[1])
 
-        def order(name: str) -> tuple[int, int]:
-            scn, _, k = name.split("=", 1)[1].partition(".")
-            return int(scn), int(k or 1)
-
-        names = sorted(
-            (
-                i.base_name
-                for i in self.fs.get_file_info(selector)
-                if i.base_name.startswith("scn=") and i.type == pafs.FileType.Directory
-            ),
-            key=order,
-        )
-        older = [n for n in names if order(n) < order(current)]
+    def _prune(self, current: str) -> None:
+        older = [n for n, key in self._snapshot_dirs() if key < _snapshot_order(current)]
         for old in older[: -(KEEP_SNAPSHOTS - 1) or None]:
             log.info("removing old snapshot generation %s", old)
             self.fs.delete_dir(self.path("snapshots", old))

@@ -7,11 +7,15 @@ import asyncio
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sluice.cli.common import add_password_file, scn_arg, serve_until_signal
+from sluice.cli.progress import ProgressDisplay, Sample
 from sluice.core.names import canonical_source
 from sluice.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sluice.bootstrap.seed.job import SeedProgress
 
 
 def add_parser(sub: Any) -> None:
@@ -34,7 +38,7 @@ def add_parser(sub: Any) -> None:
         type=scn_arg,
         help="start the log after this SCN (default: the oldest the relay holds)",
     )
-    run_p.add_argument("--master", help="Spark master (default local[2]; spark-submit sets it)")
+    run_p.add_argument("--master", help=MASTER_HELP.format(default="local[2]"))
     run_p.add_argument("--trigger-seconds", type=float, default=2.0)
     run_p.add_argument("--fold-every", type=float, default=30.0, metavar="SECONDS")
     run_p.add_argument(
@@ -86,7 +90,7 @@ def add_parser(sub: Any) -> None:
     seed.add_argument(
         "--parallelism", type=int, metavar="N", help="chunks read at once (default: cores)"
     )
-    seed.add_argument("--master", help="Spark master (default local[N]; spark-submit sets it)")
+    seed.add_argument("--master", help=MASTER_HELP.format(default="local[N]"))
     seed.add_argument("--where", metavar="SQL", help="seed only the rows matching this condition")
     seed.add_argument(
         "--no-jdbc",
@@ -101,7 +105,7 @@ def add_parser(sub: Any) -> None:
     add_password_file(seed)
     compact = boot.add_parser("compact", help="fold the log into a new snapshot now")
     compact.add_argument("--store", required=True)
-    compact.add_argument("--master")
+    compact.add_argument("--master", help=MASTER_HELP.format(default="local[2]"))
     compact.add_argument(
         "--full",
         action="store_true",
@@ -119,7 +123,14 @@ def add_parser(sub: Any) -> None:
         default=32,
         help="streams served at once; more get 503 + Retry-After (bounds memory)",
     )
+    serve.add_argument("--name", default="bootstrap", help="what its console calls it")
     serve.set_defaults(run=_serve)
+
+
+MASTER_HELP = (
+    "Spark master: local[N] (default {default}), spark://HOST:PORT (a standalone cluster), "
+    "or sc://HOST:PORT (a Spark Connect server; also SPARK_REMOTE); spark-submit sets it"
+)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -128,6 +139,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.seed:
         check_url(args.seed)
+    view = SeedView()
     if args.max_events_per_trigger < 1:
         raise ConfigError(
             f"--max-events-per-trigger must be at least 1, got {args.max_events_per_trigger}"
@@ -146,11 +158,15 @@ def _run(args: argparse.Namespace) -> int:
             seed_chunk_rows=args.chunk_rows,
             max_events_per_trigger=args.max_events_per_trigger,
             quiet=True,
-        )
+        ),
+        seed_progress=view,
     )
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: job.stop())
-    job.run()
+    try:
+        job.run()
+    finally:
+        view.close()
     print(f"bootstrap store {job.store.uri}: snapshot at SCN {job.store.current_snapshot()}")
     return 0
 
@@ -171,16 +187,18 @@ def _seed(args: argparse.Namespace) -> int:
             args.where,
             args.jdbc,
         ),
-        progress=_progress,
+        progress=(view := SeedView()),
+        progress_every_s=1.0,
     )
-    job.prepare()  # bad input fails here, before Spark starts and before anything is written
     master = args.master or (f"local[{args.parallelism}]" if args.parallelism else None)
     try:
+        job.prepare()  # bad input fails here, before Spark starts and before anything is written
         report = run_spark_command(
             "the seed failed", master, "sluice-seed", job.run, seed_jars(job.config.source)
         )
     finally:
         job.close()
+        view.close()
     total = sum(len(plan.ranges) for plan in job.plans)
     via = f", {report.jdbc_chunks} through Spark's JDBC source" if report.jdbc_chunks else ""
     print(f"read {report.chunks_read} of {total} chunks{via}")
@@ -211,8 +229,73 @@ def _seed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+class SeedView:
+    """A seed's reports on a progress display: one display per seed (``bootstrap run`` seeds
+    again after a gap in its log), stopped by "done".
+
+    "planning" is also where the seed checks its input (login, privileges, keys): the display
+    is held back until planning has lasted ``HOLD_S`` or has passed, so a seed refused at once
+    is its error line alone, as any bad input is."""
+
+    HOLD_S = 1.0
+
+    def __init__(self) -> None:
+        self._display: ProgressDisplay | None = None
+        self._held: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, progress: SeedProgress) -> None:
+        with self._lock:
+            display = self._display
+            if progress.phase == "done":  # the final line says it
+                self._show()
+                if display is not None:
+                    display.stop(completed=True)
+                return
+            if display is None or display.finished:
+                self._display = ProgressDisplay("seed", "rows")
+                self._display.update(seed_sample(progress))
+                self._held = threading.Timer(self.HOLD_S, self._show_now)
+                self._held.daemon = True
+                self._held.start()
+                return
+            self._show()  # planning passed: its line first, then this one
+            display.update(seed_sample(progress))
+
+    def _show_now(self) -> None:
+        with self._lock:
+            self._show()
+
+    def _show(self) -> None:
+        """Under the lock: start the held display."""
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
+        if self._display is not None and self._display.fresh:
+            self._display.start()
+
+    def close(self) -> None:
+        """Stop a display left running (a failed or interrupted seed); one never shown stays
+        silent."""
+        with self._lock:
+            if self._held is not None:
+                self._held.cancel()
+                self._held = None
+            if self._display is not None:
+                self._display.stop()
+
+
+def seed_sample(progress: SeedProgress) -> Sample:
+    """Chunks make the bar and the ETA, rows the rate; the phase is shown but "reading"."""
+    if not progress.total:
+        return Sample(count=progress.rows, phase=progress.phase)
+    return Sample(
+        progress.chunks,
+        progress.total,
+        progress.rows,
+        f"{progress.chunks}/{progress.total} chunks",
+        None if progress.phase == "reading" else progress.phase,
+    )
 
 
 def _compact(args: argparse.Namespace) -> int:
@@ -239,7 +322,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--max-clients must be at least 1, got {args.max_clients}")
     if not _wait_for_store(args.store):
         return 0
-    server = BootstrapServer(args.store, args.host, args.port, args.max_clients)
+    server = BootstrapServer(args.store, args.host, args.port, args.max_clients, args.name)
     return asyncio.run(
         serve_until_signal(
             server, lambda: f"sluice bootstrap serving on http://{args.host}:{server.port}"

@@ -67,6 +67,15 @@ def add_parser(sub: Any) -> None:
         metavar="N",
         help="streams served at once; more get 503 + Retry-After (default 1000)",
     )
+    p.add_argument("--name", help="what the console calls this relay (default relay)")
+    p.add_argument(
+        "--link",
+        action="append",
+        dest="links",
+        metavar="NAME=URL",
+        help="a console the relay's console links to, such as a bootstrap server's "
+        "(http://HOST:PORT/ui; repeat for more); sinks that follow it link themselves",
+    )
     p.add_argument("--config", type=Path, metavar="FILE.toml", help="settings file")
     p.set_defaults(run=run)
 
@@ -86,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
         window_files_bytes=args.window_files_bytes,
         on_decode_error=args.on_decode_error,
         max_clients=args.max_clients,
+        name=args.name,
+        links=_links(args.links),
         table_options=_file_table_options(args.config) if args.tables else None,
     )
     relay = Relay(config)
@@ -100,6 +111,20 @@ def run(args: argparse.Namespace) -> int:
         return f"sluice relay listening on http://{config.host}:{relay.port}"
 
     return asyncio.run(serve_until_signal(relay, started))
+
+
+def _links(pairs: list[str] | None) -> dict[str, str] | None:
+    if not pairs:
+        return None
+    out = {}
+    for pair in pairs:
+        name, sep, url = pair.partition("=")
+        if not sep or not name.strip():
+            from sluice.errors import ConfigError  # noqa: PLC0415 - keeps `tail` quick to start
+
+            raise ConfigError(f"--link {pair!r}: expected NAME=URL, such as boot=http://h:7080/ui")
+        out[name.strip()] = url.strip()
+    return out
 
 
 def _file_table_options(config_file: Path | None) -> dict[str, Any] | None:

@@ -6,12 +6,17 @@ import argparse
 import asyncio
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import aiohttp
+
 from sluice.cli.common import scn_arg
+from sluice.cli.progress import ProgressDisplay, Sample, terminal_bar
 from sluice.client import AsyncClient, ClientConfig, FileCheckpointStore, RetryPolicy
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
+from sluice.client.transport import newest_scn
 from sluice.core.event import JsonWindow
 from sluice.core.names import canonical_source
 from sluice.core.requests import DEBEZIUM_OPTIONS
@@ -56,7 +61,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--until-caught-up",
         action="store_true",
-        help="exit 0 once everything up to the relay's max SCN is printed",
+        help="exit 0 once everything up to the relay's max SCN is printed (with progress "
+        "on stderr: a bar on a terminal, else a line every 5 s)",
     )
     p.add_argument(
         "--format",
@@ -84,14 +90,18 @@ def add_parser(sub: Any) -> None:
 
 
 class JsonLinesConsumer:
-    """Writes each window's JSON lines (decoded by the client straight from Avro to text)."""
+    """Writes each window's JSON lines (decoded by the client straight from Avro to text);
+    ``printed`` is told each window once it is written."""
 
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, printed: Callable[[JsonWindow], None] | None = None) -> None:
         self.out = out
+        self.printed = printed
 
     def on_json_window(self, window: JsonWindow) -> None:
         self.out.write("\n".join(window.lines) + "\n")
         self.out.flush()
+        if self.printed is not None:
+            self.printed(window)
 
     def on_rollback(self, scn: int, error: BaseException) -> None:
         return None
@@ -112,8 +122,12 @@ def run(args: argparse.Namespace) -> int:
         retry=RetryPolicy(give_up_after_s=args.give_up_after),
         debezium=_debezium_options(args) if args.format == "debezium" else None,
     )
-    client = AsyncClient(config, JsonLinesConsumer(sys.stdout), store)
-    return asyncio.run(_run(client, args.until_caught_up))
+    if not args.until_caught_up:
+        return asyncio.run(_run(AsyncClient(config, JsonLinesConsumer(sys.stdout), store)))
+    display = ProgressDisplay("tail", "events", bar=terminal_bar(sys.stderr, data=sys.stdout))
+    progress = TailProgress(display)
+    client = AsyncClient(config, JsonLinesConsumer(sys.stdout, progress.printed), store)
+    return asyncio.run(progress.follow(client))
 
 
 def _debezium_options(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
@@ -129,9 +143,92 @@ def _debezium_options(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
     return tuple(options)
 
 
-async def _run(client: AsyncClient, until_caught_up: bool) -> int:
+async def _run(client: AsyncClient) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, client.stop)
-    await client.run(until_caught_up=until_caught_up)
+    await client.run()
     return 0
+
+
+class TailProgress:
+    """``tail --until-caught-up`` on a progress display: the SCN printed so far against the
+    relay's max SCN when the tail began (the bar and the ETA), and the events printed. The
+    bar starts at the first window's SCN: the checkpoint before it may be far below (SCN 0,
+    a relay's empty start), which would put the first window at 99%."""
+
+    def __init__(self, display: ProgressDisplay) -> None:
+        self.display = display
+        self.client: AsyncClient | None = None
+        self.target: int | None = None
+        self.first: int | None = None
+        self.scn: int | None = None
+        self.events = 0
+        self.stopped = False
+
+    async def follow(self, client: AsyncClient) -> int:
+        """Run ``client`` until caught up (or a signal), the display on meanwhile."""
+        self.client = client
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop)
+        self.display.update(tail_sample(None, None, None, 0))
+        self.display.start()
+        caught_up = False
+        try:
+            # The bar's end: asked first, so it is known before the first window is printed.
+            self.target = await relay_max_scn(client.config.relays)
+            started = asyncio.create_task(self._started(client))
+            try:
+                self.scn = await client.run(until_caught_up=True)
+            finally:
+                started.cancel()
+            self._show()
+            caught_up = not self.stopped
+        finally:
+            self.display.stop(completed=caught_up)
+        return 0
+
+    def _stop(self) -> None:
+        self.stopped = True
+        if self.client is not None:
+            self.client.stop()
+
+    def printed(self, window: JsonWindow) -> None:
+        if self.first is None:
+            self.first = window.scn
+        self.scn = window.scn if self.scn is None else max(self.scn, window.scn)
+        self.events += len(window.lines)
+        self._show()
+
+    def _show(self) -> None:
+        start = self.first
+        if start is None and self.client is not None and self.client.started_at is not None:
+            start = self.client.started_at.scn
+        self.display.update(tail_sample(start, self.scn, self.target, self.events))
+
+    async def _started(self, client: AsyncClient) -> None:
+        """Once the client knows where it starts: the rate's start (so the first window's
+        events count too)."""
+        while client.started_at is None:  # noqa: ASYNC110 - the client has no event for it
+            await asyncio.sleep(0.05)
+        self._show()
+
+
+def tail_sample(start: int | None, scn: int | None, target: int | None, events: int) -> Sample:
+    """SCNs past ``start`` are the steps done, up to ``target`` (None: not known)."""
+    if start is None:
+        return Sample(count=events, phase="connecting")
+    if scn is None:  # started, nothing printed yet: "starting"
+        return Sample(count=events)
+    scn = max(scn, start)
+    position = f"SCN {scn}" if target is None else f"SCN {scn}/{target}"
+    total = None if target is None else max(target - start, 0)
+    return Sample(scn - start, total, events, position)
+
+
+async def relay_max_scn(relays: tuple[str, ...]) -> int | None:
+    """The max SCN of the first relay that answers; None when none does (the client then
+    says why, and the bar has no end)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+        return (await newest_scn(session, relays))[0]

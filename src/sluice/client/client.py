@@ -33,6 +33,7 @@ from sluice.client.transport import RelayConnection, check_relay_url
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import JsonWindow, Window
 from sluice.core.pieces import Piece
+from sluice.core.requests import CLIENT_HEADER, CONSOLE_HEADER
 from sluice.core.wire import Heartbeat, decode_events, event_spans, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
@@ -81,6 +82,9 @@ class ClientConfig:
     # A JsonConsumer gets Debezium envelopes instead of Sluice's JSON: Debezium's options
     # (``decimal.handling.mode``...), possibly none
     debezium: tuple[tuple[str, str], ...] | None = None
+    # Who this client is, told to relays (their console lists it and links to ``console``)
+    name: str | None = None
+    console: str | None = None
 
     def __post_init__(self) -> None:
         if not self.relays:
@@ -148,9 +152,17 @@ class AsyncClient:
     def rewinding(self) -> bool:
         return self._rewind is not None
 
+    def _who(self) -> dict[str, str]:
+        headers = {}
+        if self.config.name:
+            headers[CLIENT_HEADER] = self.config.name
+        if self.config.console:
+            headers[CONSOLE_HEADER] = self.config.console
+        return headers
+
     async def run(self, *, until_caught_up: bool = False) -> int:
         """Consume until stopped (or caught up with a relay); returns the checkpoint SCN."""
-        async with aiohttp.ClientSession() as session:
+        async with aiohttp.ClientSession(headers=self._who()) as session:
             self._connections = [RelayConnection(u, session) for u in self.config.relays]
             if self.config.bootstrap:
                 self._bootstrap = RelayConnection(self.config.bootstrap, session)

@@ -5,35 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
-from sluice.core.names import schemas_path
+from sluice.core.names import check_relay_url, schemas_path
 from sluice.core.pieces import Piece, PieceParser
 from sluice.core.wire import FrameParser, Heartbeat
 from sluice.errors import (
-    BadRequest,
-    BootstrapRequired,
-    CheckpointError,
-    ConfigError,
-    LogGap,
     RelayError,
     RelayUnavailable,
-    SchemaError,
+    SluiceError,
+    raise_for_status,
 )
 from sluice.schemas import TableSchema
-
-
-def check_relay_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"bad relay URL {url!r}: expected http://HOST:PORT")
-    try:
-        _ = parts.port
-    except ValueError:
-        raise ConfigError(f"bad relay URL {url!r}: the port is not a number") from None
-    return url.rstrip("/")
 
 
 async def _error_body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
@@ -42,22 +26,6 @@ async def _error_body(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError, aiohttp.ClientError):
         return {"error": f"HTTP {resp.status}"}
     return body if isinstance(body, dict) else {"error": str(body)}
-
-
-def raise_for_status(status: int, body: dict[str, Any], url: str, since_scn: int | None) -> None:
-    message = f"{url}: {body.get('error', f'HTTP {status}')}"
-    if status == 410 and isinstance(body.get("gap"), list) and len(body["gap"]) == 2:
-        after, until = (int(v) for v in body["gap"])
-        raise LogGap(message, scn=since_scn, after_scn=after, until_scn=until)
-    if status == 410:
-        raise BootstrapRequired(message, scn=since_scn, oldest_scn=body.get("oldest_scn"))
-    if status == 409:
-        raise CheckpointError(message, scn=since_scn)
-    if status == 404 and "sources" in body:
-        raise SchemaError(message)
-    if 400 <= status < 500:
-        raise BadRequest(message)
-    raise RelayUnavailable(message)
 
 
 class RelayConnection:
@@ -145,3 +113,18 @@ def _with_filters(
 
 
 __all__ = ["RelayConnection", "RelayError", "check_relay_url"]
+
+
+async def newest_scn(
+    session: aiohttp.ClientSession, relays: tuple[str, ...] | list[str]
+) -> tuple[int | None, list[str]]:
+    """The max SCN of the first relay that answers ``/stats`` (None when none does), and what
+    the ones before it said instead."""
+    problems: list[str] = []
+    for url in relays:
+        try:
+            stats = await RelayConnection(url, session).get_json("/stats")
+            return int(stats["max_scn"]), problems
+        except (SluiceError, TimeoutError, KeyError, TypeError, ValueError) as exc:
+            problems.append(str(exc) if isinstance(exc, SluiceError) else f"{url}: {exc!r}")
+    return None, problems

@@ -86,6 +86,7 @@ class EventBuffer:
         self.epoch = 0  # bumped on every eviction, invalidating cursors
         self._head = self._start
         self._tail = self._start
+        self._last = self._start  # where the newest record starts
         self._index.clear()
 
     @property
@@ -156,6 +157,7 @@ class EventBuffer:
         if self.window_count == 0:
             self._head = pos
         self._tail = pos + len(record)
+        self._last = pos
         self._index.note(scn, pos, wrapped)
         self.max_scn = scn
         self.window_count += 1
@@ -176,6 +178,14 @@ class EventBuffer:
             self.epoch += 1
             self._index.drop_through(header.scn)
             self._head = self._next(self._head + header.total_len)
+
+    def span_times(self) -> tuple[int, int] | None:
+        """Commit times (epoch ms) of the oldest and the newest window held, or None."""
+        if not self.window_count:
+            return None
+        oldest = wire.read_window_header(self._mem[self._head : self._head + _HEAD])
+        newest = wire.read_window_header(self._mem[self._last : self._last + _HEAD])
+        return oldest.ts_ms, newest.ts_ms
 
     def _next(self, pos: int) -> int:
         """The position of the record following one that ends at ``pos``."""
@@ -273,6 +283,7 @@ class EventBuffer:
             if self.window_count == 0:
                 self._head = offset
             self._tail = offset + length
+            self._last = offset
             self.window_count += 1
             self.event_count += n_events
             self.bytes_held += length

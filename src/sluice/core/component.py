@@ -26,3 +26,26 @@ class AsyncComponent:
         tb: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+class Component:
+    """The same for blocking components (private servers, displays): ``with`` starts and
+    stops them."""
+
+    def start(self) -> Any:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -9,7 +9,7 @@ spelling of the same table parses to it (``\\`shop\\`.\\`customer\\``` is ``shop
 from __future__ import annotations
 
 import re
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from sluice.errors import ConfigError
 
@@ -106,3 +106,27 @@ def truncated_table(statement: bytes, default_db: bytes) -> str | None:
         return canonical_source(name)
     except ConfigError:
         return canonical_source(f"{quote_part(default_db.decode())}.{name}")
+
+
+def check_relay_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"bad relay URL {url!r}: expected http://HOST:PORT")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ConfigError(f"bad relay URL {url!r}: the port is not a number") from None
+    return url.rstrip("/")
+
+
+def redact(url: str) -> str:
+    """A URL without its password, for logs, errors and ``/stats``."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    except ValueError:
+        return "<unparsable URL>"

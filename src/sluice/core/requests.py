@@ -129,3 +129,9 @@ def parse_offsets(query: Mapping[str, str], known: frozenset[str]) -> OffsetsReq
     stream = parse_stream(query, known, 1, 0)
     max_events = _int(query, "max_events", 2**62, 1, 2**62)
     return OffsetsRequest(stream.since_scn, Filter(stream.filter.sources, None), max_events)
+
+
+# Headers a client sends with /stream to say who it is: its name and its console's URL (the
+# relay's console lists and links them)
+CLIENT_HEADER = "X-Sluice-Client"
+CONSOLE_HEADER = "X-Sluice-Console"

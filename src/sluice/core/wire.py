@@ -95,11 +95,15 @@ def encode_event(event: RawEvent) -> bytes:
     return header + source + event.payload
 
 
-def encode_window(scn: int, prev_scn: int, ts_ms: int, events: Sequence[bytes]) -> bytes:
-    """Frame already encoded events (``encode_event``) as one window record."""
+def encode_window(
+    scn: int, prev_scn: int, ts_ms: int, events: Sequence[bytes], n_events: int | None = None
+) -> bytes:
+    """Frame already encoded events (``encode_event``) as one window record (``n_events``:
+    when ``events`` are runs of several events each)."""
     body = b"".join(events)
     total = _pad(WINDOW_HEADER_SIZE + len(body))
-    head = _WINDOW_HEADER.pack(WINDOW_MAGIC, total, scn, prev_scn, ts_ms, len(events), 0)
+    n = len(events) if n_events is None else n_events
+    head = _WINDOW_HEADER.pack(WINDOW_MAGIC, total, scn, prev_scn, ts_ms, n, 0)
     padding = b"\0" * (total - WINDOW_HEADER_SIZE - len(body))
     crc = zlib.crc32(body + padding, zlib.crc32(head[:_CRC_AT]))
     return head[:_CRC_AT] + crc.to_bytes(4, "little") + body + padding
@@ -307,18 +311,42 @@ def offset_after(
     return scn, events
 
 
+_SIZE_HASH_OP = struct.Struct("<IIB")
+
+
 def filter_window(window: bytes, flt: Filter) -> bytes | None:
-    """The window with only the events ``flt`` keeps: itself, a rebuilt record, or None."""
+    """The window with only the events ``flt`` keeps: itself, a rebuilt record, or None.
+    One pass over the event headers; runs of kept events are copied as one slice each."""
     if flt.is_open:
         return window
-    spans = list(iter_event_spans(window))
-    kept = [(s, e) for s, e, key_hash, source, op in spans if flt.keeps(key_hash, source, op)]
-    if not kept:
-        return None
-    if len(kept) == len(spans):
-        return window
     header = read_window_header(window)
-    return encode_window(header.scn, header.prev_scn, header.ts_ms, [window[s:e] for s, e in kept])
+    unpack, head = _SIZE_HASH_OP.unpack_from, EVENT_HEADER_SIZE
+    sources = flt.sources
+    index, count = flt.partition if flt.partition is not None else (0, 0)
+    runs: list[tuple[int, int]] = []
+    run_start = run_end = -1
+    kept = 0
+    pos = WINDOW_HEADER_SIZE
+    for _ in range(header.n_events):
+        size, key_hash, op = unpack(window, pos)
+        keep = (not count or op == TRUNCATE or key_hash % count == index) and (
+            sources is None or window[pos + head : pos + head + window[pos + 9]] in sources
+        )
+        if keep:
+            kept += 1
+            if pos != run_end:  # a new run of kept events
+                if run_start >= 0:
+                    runs.append((run_start, run_end))
+                run_start = pos
+            run_end = pos + size
+        pos += size
+    if run_start < 0:
+        return None
+    runs.append((run_start, run_end))
+    if len(runs) == 1 and run_start == WINDOW_HEADER_SIZE and run_end == pos:
+        return window
+    parts = [window[s:e] for s, e in runs]
+    return encode_window(header.scn, header.prev_scn, header.ts_ms, parts, kept)
 
 
 class FrameParser:

@@ -24,6 +24,9 @@ class RelayConfig(SluiceSettings):
     # ``[[sinks]]`` of the same file are ``sluice sink``'s (sink/config.py); the relay only
     # lists their names
     sinks: list[dict[str, Any]] = Field(default_factory=list)
+    # What the console calls this relay, and consoles it links to (a bootstrap server...)
+    name: str = Field(default="relay", pattern=r"^[A-Za-z0-9_.-]+$")
+    links: dict[str, str] = Field(default_factory=dict)
     host: str = "127.0.0.1"
     port: int = Field(default=7070, ge=0, le=65535)
     since_scn: int | None = Field(default=None, ge=0)
@@ -62,6 +65,14 @@ class RelayConfig(SluiceSettings):
     @property
     def window_files_limit(self) -> int:
         return self.window_files_bytes or 17 * self.buffer_size
+
+    @field_validator("links")
+    @classmethod
+    def _links_are_urls(cls, links: dict[str, str]) -> dict[str, str]:
+        for name, url in links.items():
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"link {name}={url!r}: expected NAME=http://HOST:PORT/ui")
+        return links
 
     @field_validator("table_options")
     @classmethod

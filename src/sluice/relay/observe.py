@@ -10,7 +10,10 @@ from aiohttp import web
 
 from sluice.capture import CaptureSource
 from sluice.core.buffer import EventBuffer
+from sluice.core.rates import CounterHistory
 from sluice.errors import SluiceError
+from sluice.relay.config import RelayConfig
+from sluice.relay.overview import Followers, buffer_span, links, source_summary, table_rates
 from sluice.relay.store import BufferStore
 from sluice.relay.turns import Turns
 from sluice.relay.windows import OpenWindow, WindowFiles
@@ -22,7 +25,10 @@ SILENT_MS = 5_000  # /healthz turns 503 after this long without a word from the 
 class Observed:
     """The reporting half of ``Relay``; these are the relay's attributes it reads."""
 
+    config: RelayConfig
     tables: tuple[str, ...]
+    history: CounterHistory  # captured events, with the newest SCN as the mark
+    followers: Followers
     capture_error: SluiceError | None
     clients: int
     rejected_clients: int
@@ -47,7 +53,22 @@ class Observed:
     def windows(self) -> WindowFiles:
         raise NotImplementedError
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self, tables: bool = False) -> dict[str, Any]:
+        """``tables``: with events per second by table (it reads the newest windows)."""
+        now = time.time()
+        out = self._counters()
+        out["role"] = "relay"
+        out["name"] = self.config.name
+        out["source"] = source_summary(self.config.source.get_secret_value())
+        out["span"] = buffer_span(self.buffer)
+        out["throughput"] = self.history.rates(now)
+        if tables:
+            out["table_rates"] = table_rates(self.buffer, self.history, now)
+        out["followers"] = self.followers.to_json()
+        out["links"] = links(self.config.links, self.config.sinks)
+        return out
+
+    def _counters(self) -> dict[str, Any]:
         buffer = self.buffer
         cap = self._capture.stats if self._capture else None
         lag = (cap.last_receive_ms - cap.last_commit_ms) if cap and cap.windows else 0
@@ -139,7 +160,7 @@ class Observed:
                 "persisted_scn": self.persisted_scn,
                 "max_scn": self.buffer.max_scn,
             }
-        capture = self.stats()["capture"]
+        capture = self._counters()["capture"]  # not the console's extras: probed often
         if capture["paused"]:
             return {"status": "capture paused", "error": capture["paused"]}
         if capture["stopped_sources"]:
@@ -158,7 +179,7 @@ class Observed:
         return None
 
     def metrics(self) -> list[tuple[str, str, int | float]]:
-        s = self.stats()
+        s = self._counters()
         cap = s["capture"]
         return [
             ("min_scn", "gauge", s["min_scn"]),

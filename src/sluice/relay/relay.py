@@ -21,10 +21,12 @@ from sluice.capture import (
 from sluice.core import wire
 from sluice.core.buffer import EventBuffer
 from sluice.core.component import AsyncComponent
+from sluice.core.rates import CounterHistory
 from sluice.errors import ConfigError, SluiceError, WindowTooLarge
 from sluice.relay.config import RelayConfig
 from sluice.relay.handoff import Handoff
 from sluice.relay.observe import Observed
+from sluice.relay.overview import Followers
 from sluice.relay.server import make_app
 from sluice.relay.store import STATE_FILE, BufferStore
 from sluice.relay.turns import Turns
@@ -65,6 +67,8 @@ class Relay(Observed, AsyncComponent):
         self._started_at = time.time()
         self.rejected_clients = 0
         self.turns = Turns()  # bulk chunks share the loop fairly (relay/turns.py)
+        self.history = CounterHistory()  # captured events over the last minutes (console)
+        self.followers = Followers()  # clients that said who they are (console links)
         self.source_info: dict[str, Any] = {}  # how event formats name the source
         # requests streaming now, by id (for the bytes queued to them)
         self.streams: dict[int, web.Request] = {}
@@ -117,6 +121,7 @@ class Relay(Observed, AsyncComponent):
             await self.stop()
             raise
         self.persisted_scn = store.persisted_scn() or 0
+        self._note_rate()
         self._tasks = [
             asyncio.create_task(self._supervised("ingest", self._ingest)),
             asyncio.create_task(self._supervised("persist", self._persist)),
@@ -308,8 +313,13 @@ class Relay(Observed, AsyncComponent):
                         await asyncio.to_thread(self._capture.stop)
                     return
             self.windows.delete(self.buffer.take_evicted())
+            self._note_rate()
             self._dirty.set()
             self._wake_streams()
+
+    def _note_rate(self) -> None:
+        if self._capture is not None:
+            self.history.note(time.time(), self._capture.stats.events, self.buffer.max_scn)
 
     async def _take(self, window: CapturedWindow) -> None:
         """One window, or a part of one, into the buffer. Parts wait in memory up to a

@@ -1,4 +1,5 @@
-"""The relay's HTTP API (aiohttp): /stream, /stats, /sources, /schemas, /metrics, /healthz."""
+"""The relay's HTTP API (aiohttp): /stream, /stats, /sources, /schemas, /metrics, /healthz,
+and the console at /ui."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 
+from sluice.console import add_console
 from sluice.core import wire
 from sluice.core.buffer import EventBuffer, Span
 from sluice.core.requests import (
@@ -43,6 +45,7 @@ def make_app(relay: RelayView) -> web.Application:
     app.router.add_get("/schemas/{source:.+}", api.schemas)
     app.router.add_get("/metrics", api.metrics)
     app.router.add_get("/healthz", api.healthz)
+    add_console(app)
     return app
 
 
@@ -84,7 +87,7 @@ class _Api:
         return scn, events
 
     async def stats(self, request: web.Request) -> web.Response:
-        return json_response(200, self.relay.stats())
+        return json_response(200, self.relay.stats(tables=request.query.get("tables") == "1"))
 
     async def sources(self, request: web.Request) -> web.Response:
         registry = self.relay.registry
@@ -183,6 +186,7 @@ class _Api:
         )
         relay.clients += 1
         relay.streams[id(request)] = request
+        follower = relay.followers.enter(request)
         try:
             await response.prepare(request)
             await body(_Streamer(relay, req, response, self.turns, lines))
@@ -195,6 +199,7 @@ class _Api:
         finally:
             relay.clients -= 1
             del relay.streams[id(request)]
+            relay.followers.leave(follower)
         return response
 
     async def _cold(self, request: web.Request, req: StreamRequest) -> web.StreamResponse:

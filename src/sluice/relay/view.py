@@ -12,6 +12,7 @@ from aiohttp import web
 from sluice.capture import CapturedWindow, CaptureSettings
 from sluice.core.buffer import EventBuffer
 from sluice.relay.config import RelayConfig
+from sluice.relay.overview import Followers
 from sluice.relay.turns import Turns
 from sluice.relay.windows import WindowFiles
 from sluice.schemas import SchemaRegistry
@@ -29,6 +30,7 @@ class RelayView(Protocol):
     bytes_served: int
     streams: dict[int, web.Request]
     turns: Turns
+    followers: Followers
     source_info: dict[str, Any]
 
     @property
@@ -42,7 +44,7 @@ class RelayView(Protocol):
 
     def capture_settings(self, sink: Callable[[CapturedWindow], None]) -> CaptureSettings: ...
 
-    def stats(self) -> dict[str, Any]: ...
+    def stats(self, tables: bool = False) -> dict[str, Any]: ...
 
     def health_problem(self) -> dict[str, Any] | None: ...
 

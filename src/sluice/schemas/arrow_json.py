@@ -206,8 +206,20 @@ def _unscaled(arr: pa.Array) -> np.ndarray:
     return data[offset : offset + 2 * len(arr) : 2]
 
 
+def _needs_escape(arr: pa.Array) -> bool:
+    """Whether any text holds a control character, a quote or a backslash (its bytes at once:
+    UTF-8 never has these bytes inside a longer character)."""
+    if arr.type != pa.string():
+        return bool(pc.any(pc.match_substring_regex(arr, _NEEDS_ESCAPE)).as_py())
+    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32)[
+        arr.offset : arr.offset + len(arr) + 1
+    ]
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+    return bool(((data < 0x20) | (data == 0x22) | (data == 0x5C)).any())
+
+
 def _string(arr: pa.Array) -> pa.Array:
-    if not pc.any(pc.match_substring_regex(arr, _NEEDS_ESCAPE)).as_py():
+    if not len(arr) or not _needs_escape(arr):
         return _quoted(arr)  # most texts: nothing to escape
     escaped = arr
     for char, escape in _ESCAPES:
@@ -264,11 +276,11 @@ class ArrowJson:
         self.canonical = [(encode_basestring(n), index[n]) for n in sorted(schema.primary_key)]
 
     def texts_of(
-        self, images: Images, canonical: bool = True
-    ) -> tuple[pa.Array, Texts, Texts, pa.Array | None]:
+        self, images: Images, canonical: bool = True, key: bool = True
+    ) -> tuple[pa.Array | None, Texts, Texts, pa.Array | None]:
         """Per payload: (key, before, after, canonical key) JSON texts; ``null`` where absent
         (the key: of the after image, else the before image). An image no payload has is the
-        scalar ``null``; the canonical key is None unless asked for."""
+        scalar ``null``; the canonical key is None unless asked for, the key None if not."""
         before, before_row = self._image(images.before, images.has_before)
         after, after_row = self._image(images.after, images.has_after)
         if not self.key:
@@ -279,16 +291,18 @@ class ArrowJson:
         else:
             has_after = pa.array(images.has_after)
             keyed = [pc.if_else(has_after, after[i], before[i]) for _, i in self.key]
-        key = _join(*_pairs([n for n, _ in self.key], keyed, "{", ", ", ": "), "}")
+        plain = (
+            _join(*_pairs([n for n, _ in self.key], keyed, "{", ", ", ": "), "}") if key else None
+        )
         if not canonical:
-            return key, before_row, after_row, None
+            return plain, before_row, after_row, None
         by_name = dict(zip((i for _, i in self.key), keyed, strict=True))
         canonical_key = _join(
             *_pairs([n for n, _ in self.canonical], [by_name[i] for _, i in self.canonical],
                     "{", ",", ":"),
             "}",
         )  # fmt: skip
-        return key, before_row, after_row, canonical_key
+        return plain, before_row, after_row, canonical_key
 
     def _image(
         self, columns: list[pa.Array], has: np.ndarray
@@ -312,3 +326,13 @@ def _pairs(
     for n, (name, value) in enumerate(zip(names, values, strict=True)):
         out += [(first if n == 0 else sep) + name + colon, value]
     return out
+
+
+def json_strings(arr: pa.Array) -> pa.Array:
+    """Texts as JSON strings (``json.dumps(v, ensure_ascii=False)``); nulls stay null."""
+    return _string(arr)
+
+
+def concat_texts(*parts: pa.Array | pa.Scalar | str) -> pa.Array:
+    """Row by row concatenation of text columns and constants."""
+    return _join(*parts)

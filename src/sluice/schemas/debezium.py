@@ -66,7 +66,7 @@ class DebeziumFormatter:
         body = {
             "before": self._image(before),
             "after": self._image(after),
-            "source": self._source(op, scn, ts_ms),
+            "source": self.source_block(op, scn, ts_ms),
             "transaction": transaction,
             "op": op,
             "ts_ms": ts_ms,
@@ -103,7 +103,7 @@ class DebeziumFormatter:
             return payload
         return {"schema": self.key_schema, "payload": payload}
 
-    def _source(self, op: str, scn: int, ts_ms: int) -> dict[str, Any]:
+    def source_block(self, op: str, scn: int, ts_ms: int) -> dict[str, Any]:
         head = {
             "version": VERSION,
             "connector": self.connector,

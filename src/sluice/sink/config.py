@@ -16,14 +16,16 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import SplitResult, parse_qsl, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sluice.core.names import canonical_source
+from sluice.core.names import canonical_source, redact
 from sluice.errors import ConfigError
 from sluice.settings import describe_errors
+
+__all__ = ["redact"]  # where sinks have always found it
 
 
 class SinkConfig(BaseSettings):
@@ -77,19 +79,6 @@ class SinkConfig(BaseSettings):
     @property
     def target_url(self) -> str:
         return self.to.get_secret_value()
-
-
-def redact(url: str) -> str:
-    """A URL without its password, for logs, errors and ``/stats``."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        netloc = parts.netloc.rsplit("@", 1)[1]
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
-    except ValueError:
-        return "<unparsable URL>"
 
 
 def split_target_url(

@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from sluice.client.transport import RelayConnection
-from sluice.errors import SluiceError
+from sluice.client.transport import newest_scn
+from sluice.console import add_console
+from sluice.core.rates import CounterHistory
 from sluice.sink.sink import Sink
 from sluice.web import errors_as_json, json_response, metrics_text, start_site
 
@@ -29,6 +31,7 @@ class SinkServer:
         self._watcher: asyncio.Task[None] | None = None
         self.watch_error: str | None = None
         self.relay_error: str | None = None
+        self.history = CounterHistory()  # events delivered over the last minutes (console)
 
     async def start(self) -> SinkServer:
         if self._runner is not None:
@@ -37,8 +40,10 @@ class SinkServer:
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/stats", self.stats)
         app.router.add_get("/metrics", self.metrics)
+        add_console(app)
         self._runner = web.AppRunner(app, access_log=None)
         self.port = await start_site(self._runner, self.host, self.port)
+        self.sink.console_url = f"http://{self.host}:{self.port}/ui"
         self._watcher = asyncio.create_task(self._watch(), name="sink-watch")
         self._watcher.add_done_callback(self._watch_ended)
         return self
@@ -68,6 +73,7 @@ class SinkServer:
         timeout = aiohttp.ClientTimeout(total=5)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             while True:
+                self.history.note(time.time(), self.sink.events)
                 if self.sink.state == "running":  # lag means something once it delivers
                     await self._relay_max_scn(session)
                 await self.sink.flush()
@@ -76,15 +82,11 @@ class SinkServer:
     async def _relay_max_scn(self, session: aiohttp.ClientSession) -> None:
         """The newest SCN a relay holds (the sink's lag); when none answers, ``/stats`` says
         why (``relay_stats_error``) and the lag stays the last one known."""
-        problems = []
-        for url in self.sink.config.relays:
-            try:
-                stats = await RelayConnection(url, session).get_json("/stats")
-                self.sink.relay_max_scn = int(stats["max_scn"])
-                self.relay_error = None
-                return
-            except (SluiceError, TimeoutError, KeyError, TypeError, ValueError) as exc:
-                problems.append(str(exc) if isinstance(exc, SluiceError) else f"{url}: {exc!r}")
+        scn, problems = await newest_scn(session, self.sink.config.relays)
+        if scn is not None:
+            self.sink.relay_max_scn = scn
+            self.relay_error = None
+            return
         error = "; ".join(problems)
         if error != self.relay_error:
             log.warning("no relay answered /stats (lag unknown): %s", error)
@@ -93,6 +95,8 @@ class SinkServer:
     # -- handlers ----------------------------------------------------------------------------
     def _stats(self) -> dict[str, Any]:
         stats = self.sink.stats()
+        stats["role"] = "sink"
+        stats["throughput"] = self.history.rates(time.time())
         stats["watch_error"] = self.watch_error
         stats["relay_stats_error"] = self.relay_error
         return stats

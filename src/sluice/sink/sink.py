@@ -120,6 +120,7 @@ class Sink:
         self._fatal: SluiceError | None = None
         self._commit_timer: asyncio.TimerHandle | None = None
         self._commits: set[asyncio.Task[None]] = set()
+        self.console_url: str | None = None  # told to relays (set by the sink's server)
 
     # -- running -------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -179,6 +180,8 @@ class Sink:
             sources=tuple(c.sources),
             since_scn=c.since_scn,
             bootstrap=c.bootstrap,
+            name=c.name,
+            console=self.console_url,
             # a failing window is retried here (TargetUnavailable); the client's own retries
             # are for errors that may pass (a decode needing fresh schemas)
             retry=RetryPolicy(

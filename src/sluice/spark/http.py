@@ -8,10 +8,9 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from sluice.client.transport import raise_for_status
 from sluice.core.pieces import Piece, PieceParser
 from sluice.core.wire import FrameParser, Heartbeat
-from sluice.errors import RelayUnavailable
+from sluice.errors import RelayUnavailable, raise_for_status
 
 _TIMEOUT_S = 60.0
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sluice.client.transport import check_relay_url
-from sluice.core.names import split_sources
+from sluice.core.names import check_relay_url, split_sources
 from sluice.core.requests import DEBEZIUM_OPTIONS
 from sluice.core.scn import parse_scn
 from sluice.errors import ConfigError

@@ -170,7 +170,7 @@ def _spark_type(col: Column) -> str:
     return spark
 
 
-def _arrow_type(col: Column) -> pa.DataType:
+def arrow_type(col: Column) -> pa.DataType:
     spark = _spark_type(col)
     if spark.startswith("decimal(") and spark not in _ARROW:
         return pa.decimal128(col.precision, col.scale)
@@ -210,7 +210,7 @@ class TypedRows:
     def __init__(self, schema: TableSchema, op_override: str | None = None) -> None:
         self.op_override = op_override
         self.columns_def = schema.columns
-        fields = [pa.field(c.name, _arrow_type(c)) for c in schema.columns]
+        fields = [pa.field(c.name, arrow_type(c)) for c in schema.columns]
         fields += [pa.field("_scn", pa.int64()), pa.field("_op", pa.string()), pa.field("_ts", _TS)]
         self.schema = pa.schema(fields)
         self.convert = [_from_json(c) for c in schema.columns]

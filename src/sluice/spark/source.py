@@ -30,18 +30,14 @@ from pyspark.sql.types import StructType
 
 from sluice.core.pieces import Piece
 from sluice.errors import BootstrapRequired
-from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
-from sluice.spark.arrowrows import FastGenericRows
 from sluice.spark.fetch import Fetcher
-from sluice.spark.logrows import LogRows
 from sluice.spark.options import SourceOptions, parse_options
 from sluice.spark.rows import (
     DEBEZIUM_DDL,
     GENERIC_DDL,
     RAW_DDL,
-    DebeziumRows,
     GenericRows,
-    TypedRows,
+    Rows,
     chunks,
     gap_markers,
     typed_ddl,
@@ -65,24 +61,30 @@ class _Reading:
         self.options = options
         self.fetcher = Fetcher(options)
         self.typed_schema = typed_schema
-        self._debezium: DebeziumWindows | None = None
+        self._debezium: Any = None  # a DebeziumWindows once a worker reads
 
-    def _rows(
-        self, snapshot: bool
-    ) -> GenericRows | FastGenericRows | TypedRows | LogRows | DebeziumRows:
+    def _rows(self, snapshot: bool) -> Rows:
+        # Imported here, in the executors' workers: the driver's reader process (offsets,
+        # partitions) starts before a query's first batch and needs none of them.
+        from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows  # noqa: PLC0415
+        from sluice.spark.arrowdbz import FastDebeziumRows  # noqa: PLC0415
+        from sluice.spark.arrowrows import FastGenericRows, FastTypedRows  # noqa: PLC0415
+        from sluice.spark.logrows import LogRows  # noqa: PLC0415
+
         op = "r" if snapshot else None
         if self.options.debezium is not None:
             if self._debezium is None:
                 settings = DebeziumOptions.parse(dict(self.options.debezium))
                 self._debezium = DebeziumWindows(self.fetcher.source_info(), settings)
-            return DebeziumRows(self._debezium, op)
-        if self.typed_schema is not None:
-            return TypedRows(self.typed_schema, op)
+            return FastDebeziumRows(self._debezium, op)
         options = self.options
+        if self.typed_schema is not None:
+            # decoded per batch with Arrow (tuples too: the batch's rows as tuples)
+            return FastTypedRows(self.typed_schema, op)
         if options.include_raw and not options.images and options.arrow:
             return LogRows(op)  # the bootstrap log: its fast path
-        if not options.include_raw and options.images and options.arrow:
-            return FastGenericRows(op)  # decoded per batch with Arrow
+        if options.images:
+            return FastGenericRows(op, options.include_raw)
         return GenericRows(options.include_raw, op, images=options.images)
 
     def _read(self, part: ScnRange) -> Iterator[pa.RecordBatch]:

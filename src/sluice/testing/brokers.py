@@ -38,9 +38,9 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
 from typing import ClassVar, Self
 
+from sluice.core.component import Component
 from sluice.errors import SluiceError
 from sluice.testing.mariadb import free_port
 
@@ -98,7 +98,7 @@ def _signal_all(pids: set[int], sig: signal.Signals) -> None:
             os.kill(pid, sig)
 
 
-class _PrivateServer:
+class _PrivateServer(Component):
     """One broker process: launch, readiness, kill, stop; subclasses say what to run."""
 
     kind: ClassVar[str]  # for temp dir names and messages
@@ -239,17 +239,6 @@ class _PrivateServer:
 
     def _ready(self) -> bool:
         raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _first_line(port: int, send: bytes = b"") -> bytes:

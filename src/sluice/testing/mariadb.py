@@ -10,12 +10,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import pymysql
 
 from sluice.capture.mysql.binlog.protocol import open_connection
+from sluice.core.component import Component
 from sluice.errors import SluiceError
 
 _SEARCH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
@@ -44,7 +44,7 @@ def free_port() -> int:
         return port
 
 
-class PrivateMariaDB:
+class PrivateMariaDB(Component):
     """Start with ``start()`` (or ``with``); root has no password; binlog ROW/FULL/FULL."""
 
     def __init__(self, base_dir: Path | None = None, *, extra_args: tuple[str, ...] = ()) -> None:
@@ -156,14 +156,3 @@ class PrivateMariaDB:
             self._proc = None
         if self._own_dir and os.environ.get("SLUICE_KEEP_MARIADB") != "1":
             shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> PrivateMariaDB:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

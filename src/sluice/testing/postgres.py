@@ -13,9 +13,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from sluice.core.component import Component
 from sluice.errors import SluiceError
 from sluice.testing.mariadb import free_port
 
@@ -48,7 +48,7 @@ def _as_postgres(args: list[str]) -> list[str]:
     return [runuser, "-u", "postgres", "--", *args]
 
 
-class PrivatePostgres:
+class PrivatePostgres(Component):
     """Start with ``start()`` (or ``with``): superuser ``postgres``, no password (trust)."""
 
     def __init__(self, base_dir: Path | None = None, *, settings: tuple[str, ...] = ()) -> None:
@@ -189,14 +189,3 @@ class PrivatePostgres:
         self.stop_server()
         if self._own_dir and os.environ.get("SLUICE_KEEP_POSTGRES") != "1":
             shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> PrivatePostgres:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

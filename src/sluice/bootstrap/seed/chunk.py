@@ -61,6 +61,50 @@ class ChunkResult:
     seconds: float
 
 
+RESULT_DDL = "source string, chunk int, scn long, rows long, seconds double"
+RESULT_ARROW = pa.schema(
+    [
+        ("source", pa.string()),
+        ("chunk", pa.int32()),
+        ("scn", pa.int64()),
+        ("rows", pa.int64()),
+        ("seconds", pa.float64()),
+    ]
+)
+
+
+def result_batch(result: ChunkResult) -> pa.RecordBatch:
+    """A finished chunk as the one row a Spark task gives back (``RESULT_DDL``)."""
+    row = {
+        "source": result.source,
+        "chunk": result.index,
+        "scn": result.scn,
+        "rows": result.rows,
+        "seconds": result.seconds,
+    }
+    return pa.RecordBatch.from_pylist([row], schema=RESULT_ARROW)
+
+
+@dataclass(frozen=True, slots=True)
+class RowChunks:
+    """``mapInArrow``'s function over ``spark.range(len(tasks))``: each id's chunk by the row
+    path. A DataFrame, not an RDD, so it runs on Spark Connect as on a classic session."""
+
+    tasks: tuple[ChunkTask, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                yield result_batch(run_chunk(self.tasks[index]))
+
+
+def run_chunks(spark: Any, tasks: list[ChunkTask]) -> list[ChunkResult]:
+    """Run ``tasks`` by the row path, a Spark task each."""
+    ids = spark.range(0, len(tasks), 1, len(tasks))
+    done = ids.mapInArrow(RowChunks(tuple(tasks)), RESULT_DDL).collect()
+    return [ChunkResult(r.source, r.chunk, r.scn, r.rows, r.seconds) for r in done]
+
+
 def run_chunk(task: ChunkTask) -> ChunkResult:
     try:
         return _run_chunk(task)

@@ -20,24 +20,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, snapshot_batch, write_chunk
+from sluice.bootstrap.seed.chunk import (
+    RESULT_DDL,
+    ChunkResult,
+    ChunkTask,
+    result_batch,
+    snapshot_batch,
+    write_chunk,
+)
 from sluice.capture.seeding import JdbcChunks
 from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable, key_hashes
 
 log = logging.getLogger(__name__)
-RESULT_DDL = "source string, chunk int, scn long, rows long, seconds double"
-_RESULT = pa.schema(
-    [
-        ("source", pa.string()),
-        ("chunk", pa.int32()),
-        ("scn", pa.int64()),
-        ("rows", pa.int64()),
-        ("seconds", pa.float64()),
-    ]
-)
-
-
 # A refusal of the account (login, privileges): not the fast path's limit but the user's to
 # fix, so the seed stops with it rather than read every chunk ~4x slower (MariaDB/MySQL:
 # "Access denied for user", "SELECT command denied", SQLSTATE 28000; PostgreSQL: "password
@@ -78,19 +73,7 @@ class _ChunkWriter:
                     yield self._encode(encoder, scn, batch)
 
         with contextlib.suppress(_Skip):
-            result = write_chunk(task, scn, encoded())
-            yield pa.RecordBatch.from_pylist(
-                [
-                    {
-                        "source": result.source,
-                        "chunk": result.index,
-                        "scn": result.scn,
-                        "rows": result.rows,
-                        "seconds": result.seconds,
-                    }
-                ],
-                schema=_RESULT,
-            )
+            yield result_batch(write_chunk(task, scn, encoded()))
 
     def _scn(self, batch: pa.RecordBatch) -> int:
         """The SCN of the snapshot the chunk was read in (every row carries its position)."""

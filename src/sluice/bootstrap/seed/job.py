@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.bootstrap.fold import blocked_by_gaps, check_coverage, fold
-from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, run_chunk
+from sluice.bootstrap.job import describe_jobs
+from sluice.bootstrap.seed.chunk import ChunkResult, ChunkTask, run_chunks
 from sluice.bootstrap.seed.jdbc import read_chunks
-from sluice.bootstrap.seed.records import Seeded, SeedPlan, SeedRecords
+from sluice.bootstrap.seed.records import ChunkDone, Seeded, SeedPlan, SeedRecords
 from sluice.bootstrap.store import BootstrapStore, Gap
 from sluice.capture.seeding import ChunkReader, JdbcChunks, Seeder
 from sluice.capture.source import open_seeder
@@ -56,20 +57,51 @@ class SeedReport:
         return sum(s.rows for s in self.seeded)
 
 
-Progress = Callable[[str], None]
+@dataclass(frozen=True, slots=True)
+class SeedProgress:
+    """Where a seed is. ``phase``: "planning", "starting" (planned; Spark and the first chunks
+    to come), "reading", "publishing" (the fold) or "done". ``chunks`` and ``rows`` count the
+    chunks done, those of a run resumed included; ``total`` the chunks planned."""
+
+    phase: str
+    chunks: int = 0
+    total: int = 0
+    rows: int = 0
+
+
+Progress = Callable[[SeedProgress], None]
+
+
+def log_progress(progress: SeedProgress) -> None:
+    """Progress as log lines, for a seed with no display to feed."""
+    log.info(
+        "seed %s: %d/%d chunks, %d rows",
+        progress.phase,
+        progress.chunks,
+        progress.total,
+        progress.rows,
+    )
 
 
 class SeedJob:
     """``prepare()`` checks and plans (raises ``ConfigError`` on bad input, writing nothing);
-    ``run(spark)`` reads the missing chunks, records the seeds and folds."""
+    ``run(spark)`` reads the missing chunks, records the seeds and folds. ``progress`` is
+    told each phase and, while chunks are read, the counts every ``progress_every_s``."""
 
-    def __init__(self, config: SeedConfig, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        config: SeedConfig,
+        progress: Progress | None = None,
+        progress_every_s: float = 3.0,
+    ) -> None:
         if config.chunk_rows < 1:
             raise ConfigError(f"--chunk-rows must be at least 1, got {config.chunk_rows}")
         self.config = config
         self.store = BootstrapStore(config.store)
         self.records = SeedRecords(self.store)
-        self.progress = progress or (lambda _line: None)
+        self.progress = progress
+        self.progress_every_s = progress_every_s
+        self._counter = _DoneCounter(self.records)
         self.plans: list[SeedPlan] = []
         self.schemas: dict[str, TableSchema] = {}
         self.seeder: Seeder | None = None
@@ -89,10 +121,12 @@ class SeedJob:
                 f"store {self.store.uri} does not capture {', '.join(unknown)} (it holds "
                 f"{', '.join(meta.sources)}); seed a store whose `bootstrap run` streams them"
             )
+        self.report("planning")
         try:
             self.seeder = open_seeder(self.config.source)
             self._plan_all(self.seeder, min(meta.start_of(t) for t in self.config.tables))
             self.reader = self.seeder.snapshot()
+            self.report("starting")
         except SourceSetupError as exc:  # login, privileges, table: the user's input to fix
             self.close()
             raise ConfigError(str(exc), source=exc.source) from None
@@ -176,22 +210,35 @@ class SeedJob:
             self.prepare()
         try:
             tasks = self.tasks()
-            total = sum(len(p.ranges) for p in self.plans)
             reading = time.monotonic()
             if tasks:
-                self._run_tasks(spark, tasks, total)
+                self._run_tasks(spark, tasks)
             read_s = time.monotonic() - reading
             jdbc = self.jdbc_read
         finally:
             self.close()
+        self.report("publishing")
         seeded = tuple(self._finish(plan) for plan in self.plans)
         snapshot = fold(spark, self.store)
         blocked = tuple(blocked_by_gaps(spark, self.store).values())
         seconds = time.monotonic() - started
+        self.report("done")
         return SeedReport(seeded, len(tasks), snapshot, seconds, read_s, blocked, jdbc)
 
-    def _run_tasks(self, spark: Any, tasks: list[ChunkTask], total: int) -> None:
-        watcher = _ProgressWatcher(self, total, self.progress)
+    def report(self, phase: str) -> None:
+        """Tell ``progress`` the phase and the counts (best effort: the job reports real
+        failures itself)."""
+        if self.progress is None:
+            return
+        try:
+            chunks, rows = self._counter.count(self.plans)
+            total = sum(len(p.ranges) for p in self.plans)
+            self.progress(SeedProgress(phase, chunks, total, rows))
+        except Exception:
+            log.debug("progress report failed", exc_info=True)
+
+    def _run_tasks(self, spark: Any, tasks: list[ChunkTask]) -> None:
+        watcher = _ProgressWatcher(self)
         watcher.start()
         try:
             results = self._read_jdbc(spark, tasks)
@@ -199,9 +246,8 @@ class SeedJob:
             finished = {(r.source, r.index) for r in results}
             rest = [t for t in tasks if (t.schema.source, t.index) not in finished]
             if rest:
-                spark.sparkContext.setJobDescription(f"sluice seed: {len(rest)} chunks")
-                rdd = spark.sparkContext.parallelize(rest, len(rest))
-                results += rdd.map(run_chunk).collect()
+                describe_jobs(spark, f"sluice seed: {len(rest)} chunks")
+                results += run_chunks(spark, rest)
         finally:
             watcher.stop()
         log.info("seed read %d chunks, %d rows", len(results), sum(r.rows for r in results))
@@ -214,7 +260,7 @@ class SeedJob:
             mine = [t for t in tasks if t.schema.source == source]
             if not mine:
                 continue
-            spark.sparkContext.setJobDescription(f"sluice seed: {source}, JDBC")
+            describe_jobs(spark, f"sluice seed: {source}, JDBC")
             try:
                 read, why = read_chunks(spark, chunks, mine)
             except SourceSetupError as exc:  # the account: the user's input to fix
@@ -255,14 +301,6 @@ class SeedJob:
             return seeded
         return current
 
-    def done_counts(self) -> tuple[int, int]:
-        chunks = rows = 0
-        for plan in self.plans:
-            done = self.records.done(plan.source, plan.generation)
-            chunks += len(done)
-            rows += sum(d.rows for d in done.values())
-        return chunks, rows
-
 
 def _resolve_version(schema: TableSchema, known: list[TableSchema]) -> TableSchema:
     """The store's version with the table's shape (newest first, as the relay's registry
@@ -274,37 +312,44 @@ def _resolve_version(schema: TableSchema, known: list[TableSchema]) -> TableSche
     return TableSchema(schema.source, version, schema.columns, schema.primary_key)
 
 
-class _ProgressWatcher:
-    """Prints chunks done / total, rows/s and an ETA every few seconds (from the store's
-    chunk records, so it sees what every executor finished)."""
+class _DoneCounter:
+    """Chunks and rows done so far, from the store's chunk records (so it sees what every
+    executor finished); a record is read once, as the watcher asks every second or so."""
 
-    def __init__(self, job: SeedJob, total: int, emit: Progress, every_s: float = 3.0) -> None:
-        self.job, self.total, self.emit, self.every_s = job, total, emit, every_s
+    def __init__(self, records: SeedRecords) -> None:
+        self.records = records
+        self._known: dict[tuple[str, int], dict[int, ChunkDone]] = {}
+
+    def count(self, plans: list[SeedPlan]) -> tuple[int, int]:
+        chunks = rows = 0
+        for plan in plans:
+            key = (plan.source, plan.generation)
+            done = self.records.done(plan.source, plan.generation, self._known.get(key))
+            self._known[key] = done
+            chunks += len(done)
+            rows += sum(d.rows for d in done.values())
+        return chunks, rows
+
+
+class _ProgressWatcher:
+    """Reports "reading" with the counts every ``job.progress_every_s`` while chunks are read."""
+
+    def __init__(self, job: SeedJob) -> None:
+        self.job = job
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="seed-progress", daemon=True)
-        self._start_chunks, self._start_rows = job.done_counts()
 
     def start(self) -> None:
-        self._started = time.monotonic()
-        self._thread.start()
+        if self.job.progress is not None:
+            self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
-        self._report()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+            self.job.report("reading")
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self._report()
-            except Exception:  # progress is best effort; the job reports real failures
-                log.debug("progress report failed", exc_info=True)
-
-    def _report(self) -> None:
-        chunks, rows = self.job.done_counts()
-        elapsed = max(time.monotonic() - self._started, 1e-3)
-        new_chunks = chunks - self._start_chunks
-        rate = (rows - self._start_rows) / elapsed
-        left = self.total - chunks
-        eta = f", ETA {elapsed / new_chunks * left:.0f} s" if new_chunks and left else ""
-        self.emit(f"seed: {chunks}/{self.total} chunks, {rows:,} rows, {rate:,.0f} rows/s{eta}")
+        self.job.report("reading")
+        while not self._stop.wait(self.job.progress_every_s):
+            self.job.report("reading")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -169,7 +170,10 @@ class SeedRecords:
         }
         self.store.write_json(body, *self.gen_dir(plan.source, plan.generation), "_plan.json")
 
-    def done(self, source: str, generation: int) -> dict[int, ChunkDone]:
+    def done(
+        self, source: str, generation: int, known: Mapping[int, ChunkDone] | None = None
+    ) -> dict[int, ChunkDone]:
+        """The chunks done; those in ``known`` (an earlier answer) are not read again."""
         folder = self.store.path(*self.gen_dir(source, generation))
         selector = pafs.FileSelector(folder, allow_not_found=True)
         out: dict[int, ChunkDone] = {}
@@ -177,6 +181,9 @@ class SeedRecords:
             name = info.base_name
             if name.startswith("_done-") and name.endswith(".json"):
                 index = int(name[6:-5])
+                if known is not None and index in known:
+                    out[index] = known[index]
+                    continue
                 body = self.store.read_json(*self.gen_dir(source, generation), name)
                 out[index] = ChunkDone(index, int(body["scn"]), int(body["rows"]))
         return out
@@ -206,6 +213,44 @@ class SeedRecords:
             self.store.spark_path(*self.chunk_file(seeded.source, seeded.generation, i))
             for i in range(seeded.chunks)
         ]
+
+    def in_progress(
+        self, source: str, seen: dict[tuple[str, int], dict[int, ChunkDone]] | None = None
+    ) -> dict[str, Any] | None:
+        """The newest seed generation when it is not complete yet: chunks planned and done,
+        rows so far, and an ETA from its pace (None before the first chunk is done).
+        ``seen``: the chunks an earlier call found, kept up to date, so a server asked every
+        second reads each chunk's record once."""
+        generations = self.generations(source)
+        seeded = self.seeded(source)
+        if not generations or (seeded is not None and seeded.generation >= generations[-1]):
+            return None
+        generation = generations[-1]
+        key = (source, generation)
+        parts = (*self.gen_dir(source, generation), "_plan.json")
+        if not self.store.exists(*parts):
+            return {"generation": generation, "state": "planning"}
+        plan = self.store.read_json(*parts)
+        planned = len(plan.get("ranges", []))
+        done = self.done(source, generation, None if seen is None else seen.get(key))
+        if seen is not None:
+            seen[key] = done
+        rows = sum(d.rows for d in done.values())
+        started = float(plan.get("created_at") or time.time())
+        elapsed = max(time.time() - started, 0.001)
+        eta = None
+        if done and planned > len(done):
+            eta = round(elapsed / len(done) * (planned - len(done)), 1)
+        return {
+            "generation": generation,
+            "state": "seeding",
+            "chunks": planned,
+            "chunks_done": len(done),
+            "rows": rows,
+            "rows_per_s": round(rows / elapsed, 1),
+            "started_at": started,
+            "eta_s": eta,
+        }
 
     def all_seeded(self, sources: tuple[str, ...]) -> dict[str, Seeded]:
         out = {}

@@ -157,6 +157,10 @@ class SqlTarget:
             return
         await self.commit()  # the windows before it, in their own transaction
         await self._run(lambda: self._apply(batch))
+        if batch.last and batch.checkpoint is not None:
+            # set here, on the loop, not in the worker thread: /stats must never show the
+            # window's checkpoint before the sink has counted the window
+            self.committed = batch.checkpoint
 
     async def _settle(self) -> None:
         """Wait for the group in flight; its failure is raised here."""
@@ -371,8 +375,6 @@ class SqlTarget:
             conn.commit()
             self.commits += 1
             self._open = self._mid = False
-            if batch.checkpoint is not None:
-                self.committed = batch.checkpoint
 
     def _apply_held(
         self, changes: list[Change], columns: HeldColumns | None, checkpoint: Checkpoint | None

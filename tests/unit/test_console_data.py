@@ -1,0 +1,119 @@
+"""Pure parts of what the console shows: rates from a counter, the relay's source summary and
+links, the followers list, and a seed's progress read from its records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from sluice.bootstrap.seed.records import ChunkDone, SeedRecords
+from sluice.bootstrap.store import BootstrapStore
+from sluice.core.rates import CounterHistory
+from sluice.relay.overview import Followers, links, source_summary
+
+
+def test_rates_are_per_second_per_step_and_zero_where_nothing_changed() -> None:
+    history = CounterHistory(step_s=5, keep_s=60)
+    history.note(100.0, 0, mark=1)
+    history.note(106.0, 50, mark=2)  # bucket 21: +50 in 5 s
+    history.note(108.0, 100, mark=3)  # same bucket: the last value counts
+    history.note(121.0, 150, mark=4)  # bucket 24: +50; buckets 22 and 23 had no change
+    assert history.rates(125.0) == [(105, 20.0), (110, 0.0), (115, 0.0), (120, 10.0)]
+    assert history.rates(121.0)[-1] == (115, 0.0)  # the step under way is not shown yet
+    assert history.since(121.0, 10) == (3, 50, 121.0 - 110)
+    assert history.since(121.0, 100) is None
+
+
+def test_rates_forget_what_is_older_than_they_keep() -> None:
+    history = CounterHistory(step_s=5, keep_s=20)
+    for t in range(0, 100, 5):
+        history.note(float(t), t)
+    assert [t for t, _ in history.rates(100.0)] == [80, 85, 90, 95]
+
+
+def test_a_counter_that_restarts_never_shows_a_negative_rate() -> None:
+    history = CounterHistory(step_s=1, keep_s=10)
+    history.note(0.0, 100)
+    history.note(1.0, 3)  # a restart of the counting process
+    assert history.rates(2.0) == [(1, 0.0)]
+
+
+def test_the_source_summary_has_no_password_and_names_the_kind() -> None:
+    summary = source_summary("postgresql://repl:s3cret@db:5432/app?slot=s")
+    assert "s3cret" not in summary["address"] and summary["address"].startswith("repl:***@db")
+    assert summary["kind"] == "postgresql"
+    sqlite = source_summary("query+sqlite:////data/app.db")
+    assert sqlite == {"kind": "query+sqlite", "address": "/data/app.db"}
+
+
+def test_links_come_from_the_settings_and_the_sinks_of_the_same_file() -> None:
+    got = links({"lake": "http://boot:7080/ui"}, [{"name": "pg", "port": 7100}, {"port": 0}])
+    assert got == [
+        {"name": "lake", "console": "http://boot:7080/ui"},
+        {"name": "pg", "console": "http://127.0.0.1:7100/ui"},
+    ]
+
+
+class _Peer:
+    """A transport that came from ``host``."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return (self.host, 40000) if name == "peername" else default
+
+
+def test_followers_are_those_that_name_themselves_and_a_wildcard_host_is_their_address() -> None:
+    followers = Followers()
+    anonymous = make_mocked_request("GET", "/stream")
+    assert followers.enter(anonymous) is None
+    named = make_mocked_request(
+        "GET",
+        "/stream",
+        headers={"X-Sluice-Client": "pg-replica", "X-Sluice-Console": "http://0.0.0.0:7100/ui"},
+        transport=_Peer("10.0.0.5"),
+    )
+    follower = followers.enter(named)
+    assert follower is not None
+    listed = followers.to_json()
+    assert [f["name"] for f in listed] == ["pg-replica"] and listed[0]["connected"]
+    assert listed[0]["console"] == "http://10.0.0.5:7100/ui"
+    assert listed[0]["address"] == "10.0.0.5"
+    followers.leave(follower)
+    assert not followers.to_json()[0]["connected"]
+
+
+def test_a_console_url_that_is_not_http_is_not_listed() -> None:
+    followers = Followers()
+    bad = make_mocked_request(
+        "GET", "/stream", headers={"X-Sluice-Client": "x", "X-Sluice-Console": "javascript:1"}
+    )
+    followers.enter(bad)
+    assert followers.to_json()[0]["console"] is None
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> BootstrapStore:
+    return BootstrapStore(str(tmp_path / "store"))
+
+
+def test_a_seed_in_progress_shows_its_chunks_rows_and_an_eta(store: BootstrapStore) -> None:
+    records = SeedRecords(store)
+    folder = Path(store.path(*records.gen_dir("db.t", 1)))
+    folder.mkdir(parents=True)
+    assert records.in_progress("db.t") == {"generation": 1, "state": "planning"}
+    plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 4}
+    (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": 1.0}))
+    progress = records.in_progress("db.t")
+    assert progress is not None
+    assert (progress["chunks"], progress["chunks_done"], progress["eta_s"]) == (4, 0, None)
+    (folder / "_done-00000.json").write_text(json.dumps({"scn": 5, "rows": 10}))
+    seen: dict[tuple[str, int], dict[int, ChunkDone]] = {}
+    progress = records.in_progress("db.t", seen)
+    assert progress is not None and progress["chunks_done"] == 1 and progress["rows"] == 10
+    assert list(seen[("db.t", 1)]) == [0]  # read once: a later call takes it from here
+    assert progress["eta_s"] is not None and progress["eta_s"] > 0
