@@ -29,6 +29,11 @@ SETUP = [
     "vc VARCHAR(20), t TEXT, bn BINARY(4), vb VARBINARY(8), bl BLOB, dt DATE, tm TIME, "
     "tm3 TIME(3), dtm DATETIME, dtm3 DATETIME(3), dtm6 DATETIME(6), ts TIMESTAMP(6) NULL, "
     "y YEAR, e ENUM('sad','ok','happy'), s SET('x','y','z'), j JSON)",
+    "CREATE TABLE golden.defaults (id INT PRIMARY KEY, a INT NOT NULL DEFAULT 42, "
+    "s VARCHAR(10) NOT NULL DEFAULT 'x', b BOOLEAN NOT NULL DEFAULT true, "
+    "n DECIMAL(6,2) NOT NULL DEFAULT 1.50, d DATE NOT NULL DEFAULT '2024-01-01', "
+    "neg BIGINT NOT NULL DEFAULT -7, z INT DEFAULT 7, nn TEXT NOT NULL, "
+    "f DOUBLE NOT NULL DEFAULT 2.5, e ENUM('a','b') NOT NULL DEFAULT 'b')",
 ]
 STATEMENTS = [
     "INSERT INTO golden.typed VALUES (1, -128, 255, -32768, -8388608, -2147483648, "
@@ -44,14 +49,19 @@ STATEMENTS = [
     "'1970-01-01 00:00:01', 1970, 'sad', '', '[]')",
     "UPDATE golden.typed SET vc = 'changed', n = 1.10 WHERE id = 1",
     "DELETE FROM golden.typed WHERE id = 3",
+    "UPDATE golden.typed SET id = 7 WHERE id = 2",  # a key change: delete, tombstone, create
+    "INSERT INTO golden.defaults (id, nn) VALUES (1, 'given')",
+    "TRUNCATE golden.typed",
 ]
+EXPECTED = 9  # value records: a key change is two (and a tombstone); TRUNCATE one if emitted
 SETTINGS = {
     **MARIADB_SHIM_SETTINGS,
     "name": "golden",
     "database.server.id": "5400",
     "topic.prefix": "golden",
     "database.include.list": "golden",
-    "table.include.list": "golden.typed",
+    "table.include.list": "golden.typed,golden.defaults",
+    "skipped.operations": "none",  # record TRUNCATE too (Debezium's default skips it)
     "snapshot.mode": "no_data",
     "poll.interval.ms": "10",
 }
@@ -83,7 +93,7 @@ def record() -> Path:
                 for sql in STATEMENTS:
                     cur.execute(sql)
 
-        events = run_engine(props, streaming, workload, len(STATEMENTS), [shim])
+        events = run_engine(props, streaming, workload, EXPECTED, [shim])
     settings = {k: v for k, v in SETTINGS.items() if not k.startswith("offset")}
     body = {"settings": settings, "setup": SETUP, "statements": STATEMENTS, "events": events}
     note = " (MySQL connector on MariaDB through interop/java/sluice/interop/MariaDbShim.java)"

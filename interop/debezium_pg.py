@@ -26,6 +26,14 @@ SETUP = [
     "m mood, dom posint, ip inet, cidr_ cidr, mac macaddr, mon money, bt bit(3), vb varbit, "
     "rng int4range)",
     "ALTER TABLE typed REPLICA IDENTITY FULL",
+    # an unchanged TOASTed value: REPLICA IDENTITY DEFAULT, a large value, another column
+    # updated
+    "CREATE TABLE toasty (id integer PRIMARY KEY, other integer, big text)",
+    "CREATE TABLE defaults (id integer PRIMARY KEY, a integer NOT NULL DEFAULT 42, "
+    "s varchar(10) NOT NULL DEFAULT 'x', b boolean NOT NULL DEFAULT true, "
+    "n numeric(6,2) NOT NULL DEFAULT 1.50, d date NOT NULL DEFAULT '2024-01-01', "
+    "neg bigint NOT NULL DEFAULT -7, z integer DEFAULT 7, nn text NOT NULL, "
+    "f double precision NOT NULL DEFAULT 2.5)",
 ]
 STATEMENTS = [
     "INSERT INTO typed VALUES (1, -32768, 9223372036854775807, 12345678.91, 3.14159265358979, "
@@ -42,7 +50,21 @@ STATEMENTS = [
     "'[]', '{}', '{}', 'sad', 1, '::1', '::/0', '00:00:00:00:00:00', -1.5, B'000', B'', 'empty')",
     "UPDATE typed SET vc = 'changed', n = 1.10 WHERE id = 1",
     "DELETE FROM typed WHERE id = 3",
+    # edge values: NaN and infinities, year 1, a large interval
+    "INSERT INTO typed (id, r, d, nv, n, dt, ts, tstz, iv) VALUES (4, 'NaN', 'Infinity', "
+    "'NaN', 'NaN', 'infinity', 'infinity', 'infinity', "
+    "'1000 years 11 mons 30 days 23:59:59.999999')",
+    "INSERT INTO typed (id, r, d, nv, dt, ts, tstz, iv) VALUES (5, '-Infinity', '-Infinity', "
+    "'Infinity', '-infinity', '-infinity', '-infinity', '-1 days -00:00:01.5')",
+    "INSERT INTO typed (id, dt, ts, tsp, tstz) VALUES (6, '0001-01-01', "
+    "'0001-01-01 00:00:00', '0001-01-01 00:00:00.5', '0001-01-01 00:00:00+00')",
+    "UPDATE typed SET id = 7 WHERE id = 2",  # a key change: delete, tombstone, create
+    "INSERT INTO toasty SELECT 1, 1, string_agg(md5(g::text), '') FROM generate_series(1, 400) g",
+    "UPDATE toasty SET other = 2 WHERE id = 1",
+    "INSERT INTO defaults (id, nn) VALUES (1, 'given')",
+    "TRUNCATE typed",
 ]
+EXPECTED = 14  # value records: a key change is two (and a tombstone)
 SETTINGS = {
     "name": "golden",
     "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
@@ -57,7 +79,8 @@ SETTINGS = {
     "slot.name": "dbz_golden",
     "publication.name": "dbz_golden",
     "publication.autocreate.mode": "filtered",
-    "table.include.list": "public.typed",
+    "table.include.list": "public.typed,public.toasty,public.defaults",
+    "skipped.operations": "none",  # record TRUNCATE too (Debezium's default skips it)
     "snapshot.mode": "no_data",
     "poll.interval.ms": "10",
 }
@@ -90,7 +113,7 @@ def record() -> Path:
                 for sql in STATEMENTS:
                     cur.execute(sql)
 
-        events = run_engine(props, streaming, workload, len(STATEMENTS))
+        events = run_engine(props, streaming, workload, EXPECTED)
     settings = {k: v for k, v in SETTINGS.items() if not k.startswith("offset")}
     body = {"settings": settings, "setup": SETUP, "statements": STATEMENTS, "events": events}
     return write_golden("postgresql", "python -m interop.debezium_pg (make interop)", "", body)

@@ -139,12 +139,19 @@ class SinkProcess:
             )
 
     def wait_scn(self, scn: int, timeout: float = 120) -> dict[str, Any]:
-        """Until the sink's checkpoint reaches ``scn``."""
-        stats: dict[str, Any] = wait_for(
-            lambda: (s := self.stats()) is not None and (s["checkpoint_scn"] or 0) >= scn and s,
-            timeout,
-            f"the sink to deliver up to SCN {scn}",
-        )
+        """Until the sink's checkpoint reaches ``scn``; on a timeout the failure shows the
+        sink's last ``/stats`` and its log's end."""
+        last: list[dict[str, Any] | None] = [None]
+
+        def reached() -> dict[str, Any] | None:
+            stats = last[0] = self.stats()
+            return stats if stats is not None and (stats["checkpoint_scn"] or 0) >= scn else None
+
+        try:
+            stats: dict[str, Any] = wait_for(reached, timeout, f"the sink to deliver up to SCN {scn}")
+        except AssertionError as exc:
+            tail = self.log_path.read_text()[-4000:]
+            raise AssertionError(f"{exc}\nlast /stats: {json.dumps(last[0])}\nlog: {tail}") from None
         return stats
 
     def wait_events(self, events: int, timeout: float = 120) -> None:

@@ -258,4 +258,8 @@ def test_debezium_arrow_path_equals_debezium_rows(
     assert got.schema == want.schema
     for g, w in zip(got.to_pylist(), want.to_pylist(), strict=True):
         assert g == w
-    assert fast.row_path_batches == 0
+    # a skipped truncate (Debezium's default) among other events of its window changes the
+    # transaction orders: the row path's batch
+    ops = [[e[0] if kind == "typed" else e[1] for kind, e in ev] for ev in windows]
+    shared = any(len(window) > 1 and "t" in window for window in ops)
+    assert fast.row_path_batches == 0 or ("t" in settings_.skipped and shared)

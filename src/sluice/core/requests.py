@@ -37,6 +37,9 @@ DEBEZIUM_OPTIONS = frozenset(
         "bigint.unsigned.handling.mode",
         "provide.transaction.metadata",
         "keys",
+        "unavailable.value.placeholder",
+        "skipped.operations",
+        "tombstones.on.delete",
     }
 )
 

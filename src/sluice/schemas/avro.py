@@ -49,6 +49,10 @@ class TableSchema:
             if col.kind == "decimal":
                 entry["sluice.precision"] = col.precision
                 entry["sluice.scale"] = col.scale
+            if col.source_nullable is not None:
+                entry["sluice.source_nullable"] = col.source_nullable
+            if col.default is not None:
+                entry["sluice.default"] = col.default
             fields.append(entry)
         return {
             "type": "record",
@@ -72,6 +76,8 @@ class TableSchema:
                     source_type=f.get("sluice.source_type", f.get("sluice.mysql_type", "")),
                     precision=f.get("sluice.precision", 0),
                     scale=f.get("sluice.scale", 0),
+                    source_nullable=f.get("sluice.source_nullable"),
+                    default=f.get("sluice.default"),
                 )
                 for f in schema["fields"]
             )

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+# An unchanged TOASTed PostgreSQL value the server did not send, where the row cannot be
+# completed (texts and JSON only): Sluice's marker in events; Debezium's placeholder replaces it.
+UNCHANGED_TOAST = "__sluice_unchanged_toast__"
 _NAME_RE = re.compile(r"[^A-Za-z0-9_]")
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _DAY_MICROS = 86_400_000_000
@@ -168,6 +171,14 @@ class Column:
     source_type: str
     precision: int = 0
     scale: int = 0
+    # What the source declares, where it differs from what events need: a PostgreSQL NOT
+    # NULL column is ``nullable`` in events (a before image holds only the key) but not here.
+    source_nullable: bool | None = None
+    default: str | None = None  # the column's constant default, as its literal's text
+
+    @property
+    def declared_nullable(self) -> bool:
+        return self.nullable if self.source_nullable is None else self.source_nullable
 
     def avro_type(self) -> Any:
         kind = KIND[self.kind]
@@ -205,3 +216,59 @@ def json_converter(kind: str) -> Callable[[Any], Any]:
 def canonical_converter(kind: str) -> Callable[[Any], Any]:
     """Turns a value as capture decodes it (before Avro) into the JSON value."""
     return KIND[kind].canonical_json()
+
+
+def default_value(col: Column) -> Any:
+    """The column's default as a canonical value of its kind (what capture gives for such a
+    value), or None when it has none Sluice can read (an expression, a binary literal)."""
+    text = col.default
+    if text is None:
+        return None
+    try:
+        return _DEFAULT_PARSERS.get(col.kind, _identity)(text)
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _bool_default(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "t", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "f", "0", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+def _date_default(text: str) -> int:
+    return (dt.date.fromisoformat(text) - _EPOCH_DATE).days
+
+
+def _micros_default(text: str) -> int:
+    stamp = dt.datetime.fromisoformat(text)
+    if stamp.tzinfo is not None:
+        stamp = stamp.astimezone(dt.UTC).replace(tzinfo=None)
+    delta = stamp - dt.datetime(1970, 1, 1)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _unsupported(text: str) -> Any:
+    raise ValueError(text)
+
+
+_DEFAULT_PARSERS: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "year": int,
+    "uint64": int,
+    "bit": _unsupported,
+    "bool": _bool_default,
+    "float": float,
+    "double": float,
+    "decimal": lambda text: str(Decimal(text)),
+    "date": _date_default,
+    "datetime": _micros_default,
+    "timestamp": _micros_default,
+    "time": _unsupported,
+    "bytes": _unsupported,
+    "geometry": _unsupported,
+    "set": lambda text: text.split(",") if text else [],
+}

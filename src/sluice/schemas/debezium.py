@@ -14,8 +14,10 @@ from typing import Any
 from sluice.core import wire
 from sluice.core.event import JsonWindow
 from sluice.schemas.avro import TableSchema
+from sluice.schemas.columns import Column, default_value
 from sluice.schemas.debezium_values import (
     DebeziumOptions,
+    Field,
     check_connector,
     column_fields,
 )
@@ -136,15 +138,18 @@ class DebeziumFormatter:
             "txId": None,
             "lsn": scn,
             "xmin": None,
+            "origin": None,
+            "origin_lsn": None,
         }
 
     def _struct(self, name: str, columns: Sequence[str], optional: bool) -> dict[str, Any]:
         by_name = {c.name: (c, f) for c, f in zip(self.schema.columns, self.fields, strict=True)}
-        fields = []
-        for column in columns:
-            col, field = by_name[column]
-            fields.append({**field.schema, "optional": col.nullable, "field": column})
-        return {"type": "struct", "fields": fields, "optional": optional, "name": name}
+        return {
+            "type": "struct",
+            "fields": [_column_schema(*by_name[column]) for column in columns],
+            "optional": optional,
+            "name": name,
+        }
 
     def _envelope_schema(self, prefix: str) -> dict[str, Any]:
         value = self._struct(f"{prefix}.Value", [c.name for c in self.schema.columns], True)
@@ -158,6 +163,7 @@ class DebeziumFormatter:
                     "fields": _SOURCE_FIELDS[self.connector],
                     "optional": False,
                     "name": f"io.debezium.connector.{self.connector}.Source",
+                    "version": 1,
                     "field": "source",
                 },
                 {
@@ -192,8 +198,8 @@ class DebeziumWindows:
         self._formatters: dict[tuple[str, int], DebeziumFormatter] = {}
 
     def formatter(self, source: str, version: int, codec_for: CodecFor) -> DebeziumFormatter:
-        """``version`` -1: a truncate's (no columns needed); an unknown version raises (the
-        client then fetches the schemas and decodes again)."""
+        """``version`` -1: no columns (a truncate of a table whose schema is unknown); an
+        unknown version raises (the client then fetches the schemas and decodes again)."""
         formatter = self._formatters.get((source, version))
         if formatter is None:
             schema = (
@@ -216,12 +222,17 @@ class DebeziumWindows:
         window and over its table's events."""
         header = wire.read_window_header(record)
         per_table: dict[str, int] = {}
-        for order, raw in enumerate(wire.decode_events(record), 1):
-            per_table[raw.source] = per_table.get(raw.source, 0) + 1
+        skipped = self.options.skipped
+        order = 0
+        for raw in wire.decode_events(record):
             truncate = raw.op == "t"
-            formatter = self.formatter(
-                raw.source, -1 if truncate else raw.schema_version, codec_for
-            )
+            op = raw.op if truncate else (op_override or raw.op)
+            if op in skipped:  # skipped.operations (Debezium's default: t)
+                continue
+            order += 1
+            per_table[raw.source] = per_table.get(raw.source, 0) + 1
+            # a truncate's envelope schema lists the table's columns, as of its version
+            formatter = self.formatter(raw.source, raw.schema_version or -1, codec_for)
             tx = None
             if self.options.transactions:
                 tx = {
@@ -229,7 +240,6 @@ class DebeziumWindows:
                     "total_order": order,
                     "data_collection_order": per_table[raw.source],
                 }
-            op = raw.op if truncate else (op_override or raw.op)
             key, value = formatter.event(
                 op, None if truncate else raw.payload, header.scn, header.ts_ms, tx, with_keys
             )
@@ -237,10 +247,12 @@ class DebeziumWindows:
 
     def lines(self, record: bytes, codec_for: CodecFor) -> Iterator[str]:
         """The record's events as JSON lines (with ``keys``: ``{"key", "value"}``)."""
-        keys = self.options.keys
-        for _raw, key, value in self.events(record, codec_for, with_keys=keys):
+        keys, tombstones = self.options.keys, self.options.keys and self.options.tombstones
+        for raw, key, value in self.events(record, codec_for, with_keys=keys):
             line = {"key": key, "value": value} if keys else value
             yield json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+            if tombstones and raw.op == "d":  # tombstones.on.delete: the key, no value
+                yield json.dumps({"key": key, "value": None}, separators=(",", ":"))
 
     def __call__(self, record: bytes, codec_for: CodecFor) -> JsonWindow:
         """The client's window decoder (the signature of ``events.window_json``)."""
@@ -248,12 +260,40 @@ class DebeziumWindows:
         return JsonWindow(header.scn, header.ts_ms, tuple(self.lines(record, codec_for)))
 
 
+def _column_schema(col: Column, field: Field) -> dict[str, Any]:
+    """A column's Kafka Connect field, keys in Debezium's order: the source's own
+    nullability, and its constant default as an event would carry it."""
+    out: dict[str, Any] = {"type": field.schema["type"], "optional": col.declared_nullable}
+    out.update((k, v) for k, v in field.schema.items() if k != "type")
+    default = default_value(col)
+    if default is not None:
+        try:
+            converted = field.convert(default)
+        except (ValueError, ArithmeticError, TypeError):  # a literal Debezium would not read
+            converted = None
+        if converted is not None:
+            out["default"] = converted
+    out["field"] = col.name
+    return out
+
+
+_SNAPSHOT_VALUES = (
+    "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+)
 _HEAD_FIELDS = [
     {"type": "string", "optional": False, "field": "version"},
     {"type": "string", "optional": False, "field": "connector"},
     {"type": "string", "optional": False, "field": "name"},
     {"type": "int64", "optional": False, "field": "ts_ms"},
-    {"type": "string", "optional": True, "field": "snapshot"},
+    {
+        "type": "string",
+        "optional": True,
+        "name": "io.debezium.data.Enum",
+        "version": 1,
+        "parameters": {"allowed": _SNAPSHOT_VALUES},
+        "default": "false",
+        "field": "snapshot",
+    },
     {"type": "string", "optional": False, "field": "db"},
     {"type": "string", "optional": True, "field": "sequence"},
     {"type": "int64", "optional": True, "field": "ts_us"},
@@ -273,6 +313,8 @@ _SOURCE_FIELDS = {
         ("txId", "int64", True),
         ("lsn", "int64", True),
         ("xmin", "int64", True),
+        ("origin", "string", True),
+        ("origin_lsn", "int64", True),
     ),
     "mysql": _HEAD_FIELDS
     + _fields(

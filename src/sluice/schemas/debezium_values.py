@@ -16,11 +16,11 @@ from decimal import Decimal
 from typing import Any
 
 from sluice.errors import ConfigError
-from sluice.schemas.columns import Column
+from sluice.schemas.columns import UNCHANGED_TOAST, Column
 
 _PRECISION = re.compile(r"\((\d+)(?:\s*,\s*(-?\d+))?\)")
 _EPOCH = dt.datetime(1970, 1, 1)
-_DAYS_PER_MONTH = 365.25 / 12  # Debezium's MicroDuration month
+_DAYS_PER_MONTH = 365.25 / 12.0  # Debezium's MicroDuration.DAYS_PER_MONTH_AVG
 _ISO_DURATION = re.compile(
     r"^(?P<sign>-)?P(?:(?P<y>-?\d+)Y)?(?:(?P<mo>-?\d+)M)?(?:(?P<w>-?\d+)W)?(?:(?P<d>-?\d+)D)?"
     r"(?:T(?:(?P<h>-?\d+)H)?(?:(?P<mi>-?\d+)M)?(?:(?P<s>-?\d+(?:\.\d+)?)S)?)?$"
@@ -33,7 +33,12 @@ MODES = {
     "bigint.unsigned.handling.mode": ("long", "precise"),
     "provide.transaction.metadata": ("false", "true"),
     "keys": ("false", "true"),  # Sluice's: each line {"key", "value"}, as a topic holds them
+    "tombstones.on.delete": ("true", "false"),
 }
+UNAVAILABLE = "__debezium_unavailable_value"  # unavailable.value.placeholder's default
+# What Debezium's PostgreSQL connector reads for infinite dates and timestamps (PgJDBC's
+# +/- infinity milliseconds, as Debezium converts them), and ``timestamptz``'s text.
+_SKIPPABLE = frozenset("cudt")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,9 @@ class DebeziumOptions:
     unsigned_precise: bool = False  # bigint.unsigned.handling.mode=precise
     transactions: bool = False  # provide.transaction.metadata=true: the transaction block
     keys: bool = False  # JSON lines of {"key": Debezium's key, "value": the envelope}
+    unavailable: str = UNAVAILABLE  # unavailable.value.placeholder: an unchanged TOASTed value
+    skipped: frozenset[str] = frozenset("t")  # skipped.operations: Debezium's default skips t
+    tombstones: bool = True  # tombstones.on.delete: after a delete, {"key": K, "value": null}
 
     @classmethod
     def parse(cls, options: dict[str, str], name: str = "sluice") -> DebeziumOptions:
@@ -65,7 +73,22 @@ class DebeziumOptions:
             unsigned_precise=options.get("bigint.unsigned.handling.mode") == "precise",
             transactions=options.get("provide.transaction.metadata") == "true",
             keys=options.get("keys") == "true",
+            unavailable=options.get("unavailable.value.placeholder", UNAVAILABLE),
+            skipped=_skipped(options.get("skipped.operations", "t")),
+            tombstones=options.get("tombstones.on.delete", "true") == "true",
         )
+
+
+def _skipped(text: str) -> frozenset[str]:
+    """``skipped.operations``: ``none`` or a comma-separated list of ``c``, ``u``, ``d``, ``t``."""
+    if text.strip() == "none":
+        return frozenset()
+    ops = frozenset(part.strip() for part in text.split(",") if part.strip())
+    if not ops <= _SKIPPABLE:
+        raise ConfigError(
+            f"skipped.operations must be none or a comma-separated list of c, u, d, t; got {text!r}"
+        )
+    return ops
 
 
 # -- Debezium's conventions -------------------------------------------------------------------
@@ -105,16 +128,23 @@ class _Conventions:
         return {"type": "bytes" if self.options.binary_mode == "bytes" else "string"}
 
     def decimal(self, scale: int | None, precision: int | None) -> Field:
+        """PostgreSQL's ``NaN``/``Infinity`` numerics: null in precise mode (Debezium's
+        Decimal has no such value), their text in string mode, a double's text in double."""
         mode = self.options.decimal_mode
         if mode == "string":
-            return Field(lambda d: format(Decimal(d), "f"), {"type": "string"})
+            return Field(
+                lambda d: d if d in _SPECIAL_NUMERIC else format(Decimal(d), "f"),
+                {"type": "string"},
+            )
         if mode == "double":
-            return Field(lambda d: float(Decimal(d)), {"type": "double"})
+            return Field(lambda d: float_value(float(Decimal(d))), {"type": "double"})
         if scale is None:  # numeric without a scale: io.debezium.data.VariableScaleDecimal
             return Field(_variable_scale, _VARIABLE_SCALE)
         step = Decimal(1).scaleb(-scale)
 
-        def precise(value: Any) -> str:
+        def precise(value: Any) -> str | None:
+            if value in _SPECIAL_NUMERIC:
+                return None
             unscaled = int(Decimal(value).quantize(step).scaleb(scale))
             return base64.b64encode(_unscaled_bytes(unscaled)).decode()
 
@@ -158,6 +188,20 @@ def _named(kind: str, name: str, parameters: dict[str, str] | None = None) -> di
     return out
 
 
+_SPECIAL_NUMERIC = frozenset({"NaN", "Infinity", "-Infinity"})
+_NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_INF = float("inf")
+
+
+def float_value(value: Any) -> Any:
+    """A float as Debezium's JSON has it: ``NaN`` and the infinities as strings (Jackson's
+    default), which strict JSON parsers take."""
+    number = float(value)
+    if -_INF < number < _INF:
+        return number
+    return _NONFINITE[repr(number)]
+
+
 _VARIABLE_SCALE = {
     "type": "struct",
     "fields": [
@@ -170,7 +214,9 @@ _VARIABLE_SCALE = {
 }
 
 
-def _variable_scale(value: Any) -> dict[str, Any]:
+def _variable_scale(value: Any) -> dict[str, Any] | None:
+    if value in _SPECIAL_NUMERIC:
+        return None
     number = Decimal(value)
     exponent = int(number.as_tuple().exponent)
     scale = max(0, -exponent)
@@ -183,7 +229,7 @@ def _zoned_timestamp(precision: int | None) -> Callable[[int], str]:
 
     def convert(micros: int) -> str:
         stamp = _EPOCH + dt.timedelta(microseconds=micros)
-        text = stamp.strftime("%Y-%m-%dT%H:%M:%S")
+        text = f"{stamp.year:04d}" + stamp.strftime("-%m-%dT%H:%M:%S")  # %Y: no padding
         if digits:
             text += "." + f"{stamp.microsecond:06d}"[:digits]
         return text + "Z"
@@ -206,17 +252,17 @@ def _zoned_time(text: str) -> str:
 
 
 def _micro_duration(text: str) -> int:
-    """An ISO 8601 interval (``P1Y2M3DT4H5M6.5S``) in microseconds, months as 30.4375 days."""
+    """An ISO 8601 interval (``P1Y2M3DT4H5M6.5S``) in microseconds as Debezium computes it
+    (``MicroDuration.durationMicros``): in doubles, a month as 30.4375 days, truncated to a
+    long; exact up to 2^53 microseconds (~285 years), rounded as Debezium rounds beyond."""
     match = _ISO_DURATION.match(text)
     if match is None:
         raise ValueError(f"not an ISO 8601 interval: {text!r}")
     g = {k: v or "0" for k, v in match.groupdict().items()}
     months = int(g["y"]) * 12 + int(g["mo"])
-    days = int(g["w"]) * 7 + int(g["d"])
-    seconds = Decimal(g["h"]) * 3600 + Decimal(g["mi"]) * 60 + Decimal(g["s"])
-    micros = round(Decimal(months) * Decimal(str(_DAYS_PER_MONTH)) * 86_400_000_000) + int(
-        (Decimal(days) * 86400 + seconds) * 1_000_000
-    )
+    days = months * _DAYS_PER_MONTH + (int(g["w"]) * 7 + int(g["d"]))
+    seconds = (((days * 24 + int(g["h"])) * 60) + int(g["mi"])) * 60 + float(g["s"])
+    micros = int(seconds * 1e6)
     return -micros if g["sign"] == "-" else micros
 
 
@@ -236,7 +282,20 @@ _PG_INTS = {"smallint": "int16", "integer": "int32", "bigint": "int64", "oid": "
 
 
 def _pg_field(col: Column, c: _Conventions) -> Field:
-    """PostgreSQL connector conventions for one column."""
+    """PostgreSQL connector conventions for one column; an unchanged TOASTed value (only
+    texts and JSON) is ``unavailable.value.placeholder``."""
+    field = _pg_value(col, c)
+    if col.kind not in ("string", "json"):
+        return field
+    convert, placeholder = field.convert, c.options.unavailable
+
+    def or_placeholder(value: Any) -> Any:
+        return placeholder if value == UNCHANGED_TOAST else convert(value)
+
+    return Field(or_placeholder, field.schema)
+
+
+def _pg_value(col: Column, c: _Conventions) -> Field:
     base = col.source_type.split("(")[0].strip()
     precision, scale = _precision(col.source_type)
     kind = col.kind
@@ -245,9 +304,9 @@ def _pg_field(col: Column, c: _Conventions) -> Field:
     if kind == "bool":
         return Field(bool, {"type": "boolean"})
     if kind == "float":
-        return Field(float, {"type": "float"})
+        return Field(float_value, {"type": "float"})
     if kind == "double":
-        return Field(float, {"type": "double"})
+        return Field(float_value, {"type": "double"})
     if kind == "bytes":
         return Field(c.binary, c.binary_schema())
     if kind == "date":
@@ -287,7 +346,7 @@ def _array_field(col: Column, c: _Conventions) -> Field:
     if inner in _PG_INTS:
         items: dict[str, Any] = {"type": _PG_INTS[inner], "optional": True}
         return Field(json.loads, {"type": "array", "items": items})
-    field = _pg_field(element, c)
+    field = _pg_value(element, c)
     items = {**field.schema, "optional": True}
 
     def convert(text: str) -> list[Any]:
@@ -348,9 +407,9 @@ def _mysql_field(col: Column, c: _Conventions) -> Field:
     if kind == "decimal":
         return c.decimal(col.scale, col.precision or None)
     if kind == "float":
-        return Field(float, {"type": "float"})
+        return Field(float_value, {"type": "float"})
     if kind == "double":
-        return Field(float, {"type": "double"})
+        return Field(float_value, {"type": "double"})
     if kind in ("bytes", "geometry"):
         return Field(c.binary, c.binary_schema())
     if kind == "date":

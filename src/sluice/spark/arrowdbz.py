@@ -132,6 +132,9 @@ class FastDebeziumRows(HeldWindows):
         scns = self._per_event(self._scns, counts)
         ts_ms = self._per_event(self._ts_ms, counts)
         ops = self._ops(events, self.op_override)  # as DebeziumRows: its op column
+        skip = self._skipped(events, ops)
+        if skip is not None and (counts[window[skip]] > 1).any():  # orders would change
+            raise RowPath("skipped.operations drops events that share a window with others")
         orders = self._orders(events, counts, window)
         keys: list[tuple[np.ndarray, pa.Array]] = []
         values: list[tuple[np.ndarray, pa.Array]] = []
@@ -168,7 +171,23 @@ class FastDebeziumRows(HeldWindows):
             in_order(keys, n, pa.string()),
             in_order(values, n, pa.string()),
         ]
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        return batch if skip is None else batch.filter(pa.array(~skip))
+
+    def _skipped(self, events: Events, ops: pa.Array) -> np.ndarray | None:
+        """Which events ``skipped.operations`` drops (None: none), as
+        ``DebeziumWindows.events`` decides: a truncate by its own op, others by their op
+        column (the override's, if any)."""
+        skipped = self.windows.options.skipped
+        if not skipped:
+            return None
+        truncate = events.op == TRUNCATE
+        skip = truncate & ("t" in skipped)
+        others = sorted(skipped - {"t"})
+        if others:
+            chosen = np.asarray(pc.is_in(ops, pa.array(others)).fill_null(False), dtype=bool)
+            skip |= chosen & ~truncate
+        return skip if skip.any() else None
 
     def _orders(self, events: Events, counts: np.ndarray, window: np.ndarray) -> np.ndarray:
         """Each event's (total order, data collection order) in its window record, from 1:
@@ -266,7 +285,8 @@ class FastDebeziumRows(HeldWindows):
         orders: np.ndarray,
     ) -> str:
         source = events.names[int(events.name_index[index])].decode()
-        formatter = self.windows.formatter(source, -1, codec_for)
+        version = int(events.version[index]) or -1  # its columns, as of the table's version
+        formatter = self.windows.formatter(source, version, codec_for)
         tx = None
         if self.windows.options.transactions:
             tx = {

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pymysql
 
-from sluice.capture.mysql.metadata import json_columns
+from sluice.capture.mysql.metadata import json_columns, mariadb_default
 from sluice.core.names import split_source
 from sluice.errors import SourceSetupError
 from sluice.schemas import Column, TableSchema
@@ -41,6 +42,12 @@ _GEOMETRIES = {
 
 
 def _column(row: dict[str, Any], json_columns: set[str]) -> Column:
+    column = _typed_column(row, json_columns)
+    default = mariadb_default(row["COLUMN_DEFAULT"])
+    return column if default is None else dataclasses.replace(column, default=default)
+
+
+def _typed_column(row: dict[str, Any], json_columns: set[str]) -> Column:
     name, dtype = str(row["COLUMN_NAME"]), str(row["DATA_TYPE"]).lower()
     ctype = str(row["COLUMN_TYPE"]).lower()
     nullable = row["IS_NULLABLE"] == "YES"
@@ -74,7 +81,7 @@ def describe_table(conn: pymysql.Connection[Any], source: str) -> TableSchema:
     with conn.cursor(pymysql.cursors.DictCursor) as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
-            "NUMERIC_SCALE, DATETIME_PRECISION FROM information_schema.COLUMNS "
+            "NUMERIC_SCALE, DATETIME_PRECISION, COLUMN_DEFAULT FROM information_schema.COLUMNS "
             "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
             (schema, table),
         )

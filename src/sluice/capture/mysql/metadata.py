@@ -92,6 +92,7 @@ _REFUSED = {
 class ColumnInfo:
     data_type: str
     is_json: bool
+    default: str | None = None  # a constant default's literal text (``mariadb_default``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,8 +250,26 @@ def column_info(conn: pymysql.Connection[Any], source: str) -> dict[str, ColumnI
     checks = json_columns(conn, source)
     rows = _query(
         conn,
-        "SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS "
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_DEFAULT FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
         (schema, table),
     )
-    return {str(name): ColumnInfo(str(dtype).lower(), str(name) in checks) for name, dtype in rows}
+    return {
+        str(name): ColumnInfo(str(dtype).lower(), str(name) in checks, mariadb_default(default))
+        for name, dtype, default in rows
+    }
+
+
+_NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:e[+-]?\d+)?$", re.IGNORECASE)
+
+
+def mariadb_default(text: Any) -> str | None:
+    """``information_schema.COLUMNS.COLUMN_DEFAULT`` as a literal's text: MariaDB quotes
+    string literals (``'x'``), writes numbers bare and ``NULL`` for none; anything else is
+    an expression (``current_timestamp()``, ``b'101'``) and gives None."""
+    if text is None:
+        return None
+    value = str(text)
+    if len(value) >= 2 and value.startswith("'") and value.endswith("'"):
+        return value[1:-1].replace("''", "'").replace("\\\\", "\\")
+    return value if _NUMBER.match(value) else None

@@ -87,7 +87,8 @@ class TableDecoder:
         plans: list[ColumnPlan] = []
         for col in table_map.columns:
             codec = _codec(col, collations)
-            kind, source_type = column_kind(col, codec, info.get(col.name))
+            described = info.get(col.name)
+            kind, source_type = column_kind(col, codec, described)
             column = Column(
                 col.name,
                 kind,
@@ -95,6 +96,7 @@ class TableDecoder:
                 source_type,
                 col.precision,
                 col.scale if kind == "decimal" else 0,
+                default=None if described is None else described.default,
             )
             union = isinstance(column.avro_type(), list)
             plans.append(ColumnPlan(col, column, codec, make_decoder(col, kind, codec), union))

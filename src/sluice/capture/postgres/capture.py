@@ -38,6 +38,8 @@ from sluice.capture.postgres.tables import (
     OP_U,
     UNCHANGED_TOAST,
     PgTable,
+    column_defaults,
+    declared_column,
     table_columns,
 )
 from sluice.capture.postgres.transcode import Slow
@@ -61,7 +63,7 @@ from sluice.errors import (
     SourceSetupError,
     first_line,
 )
-from sluice.schemas import Column, TableSchema
+from sluice.schemas import TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -382,11 +384,12 @@ class PostgresCapture:
         key = primary_key(self._meta, relation.namespace, relation.name)
         types = base_types(self._meta, [(c.type_oid, c.typmod) for c in relation.columns])
         names = type_names(self._meta, types)
+        defaults = column_defaults(self._meta, relation.namespace, relation.name)
         for col, name, (oid, _typmod) in zip(relation.columns, names, types, strict=True):
             kind, convert = column_kind(oid)
-            # Only key columns are never null: a before image may hold the key alone.
-            nullable = col.name not in required or col.name not in key
-            columns.append(Column(col.name, kind, nullable, name))
+            columns.append(
+                declared_column(col.name, kind, name, col.name in key, required, defaults)
+            )
             converters.append(convert)
         kinds = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
         identity = kinds.get(relation.replica_identity, relation.replica_identity)

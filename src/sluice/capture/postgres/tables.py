@@ -4,6 +4,7 @@ catalog (``sluice schema generate``)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from zlib import crc32
 
@@ -21,8 +22,7 @@ from sluice.capture.postgres.types import column_kind
 from sluice.core import wire
 from sluice.errors import DecodeError
 from sluice.schemas import Column, RowCodec
-
-UNCHANGED_TOAST = "__sluice_unchanged_toast__"
+from sluice.schemas.columns import UNCHANGED_TOAST
 
 
 class PgTable:
@@ -130,9 +130,10 @@ CHANGE_TAGS = frozenset(b"IUD")
 
 
 def table_columns(conn: Any, namespace: str, table: str) -> list[Column]:
-    """The columns as capture sees them: kinds by type, only key columns never null."""
+    """The columns as capture sees them (``declared_column``), from the catalog."""
     required = not_null(conn, namespace, table)
     key = primary_key(conn, namespace, table)
+    defaults = column_defaults(conn, namespace, table)
     with conn.cursor() as cur:
         cur.execute(
             "SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = "
@@ -140,11 +141,66 @@ def table_columns(conn: Any, namespace: str, table: str) -> list[Column]:
             (quoted_table(namespace, table),),
         )
         rows = cur.fetchall()
-    out = []
     types = base_types(conn, [(int(oid), int(typmod)) for _name, oid, typmod in rows])
     names = type_names(conn, types)
-    for (name, _oid, _typmod), type_text, (oid, _base_mod) in zip(rows, names, types, strict=True):
-        kind, _convert = column_kind(oid)
-        nullable = name not in required or name not in key
-        out.append(Column(str(name), kind, nullable, type_text))
-    return out
+    return [
+        declared_column(str(name), column_kind(oid)[0], type_text, name in key, required, defaults)
+        for (name, _oid, _mod), type_text, (oid, _base) in zip(rows, names, types, strict=True)
+    ]
+
+
+def declared_column(
+    name: str,
+    kind: str,
+    type_text: str,
+    in_key: bool,
+    required: set[str],
+    defaults: dict[str, str],
+) -> Column:
+    """A column: only key columns never null (a before image may hold the key alone); what
+    the table declares (NOT NULL, a constant default) kept beside, for Debezium's schemas."""
+    nullable = name not in required or not in_key
+    declared = name not in required
+    default = None if type_text.endswith("[]") else defaults.get(name)
+    return Column(
+        name,
+        kind,
+        nullable,
+        type_text,
+        source_nullable=None if declared == nullable else declared,
+        default=default,
+    )
+
+
+def column_defaults(conn: Any, namespace: str, table: str) -> dict[str, str]:
+    """Each column's constant default, as its literal's text (``constant_default``)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN "
+            "pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum WHERE "
+            "d.adrelid = to_regclass(%s)",
+            (quoted_table(namespace, table),),
+        )
+        rows = cur.fetchall()
+    found = {str(name): constant_default(str(expression)) for name, expression in rows}
+    return {name: text for name, text in found.items() if text is not None}
+
+
+_CAST = r"(?:::[a-z_ ]+(?:\(\d+(?:,\d+)?\))?(?:\[\])?)*"
+_QUOTED = re.compile(r"^'((?:[^']|'')*)'" + _CAST + "$")
+_NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)" + _CAST + "$")
+
+
+def constant_default(expression: str) -> str | None:
+    """A default expression's literal (``'x'::character varying`` -> ``x``, ``(-7)`` ->
+    ``-7``, ``true``), or None for anything computed (``nextval(...)``, ``now()``)."""
+    text = expression.strip()
+    while text.startswith("(") and text.endswith(")"):
+        text = text[1:-1].strip()
+    quoted = _QUOTED.match(text)
+    if quoted is not None:
+        return quoted.group(1).replace("''", "'")
+    number = _NUMBER.match(text)
+    if number is not None:
+        return number.group(1)
+    return text if text in ("true", "false") else None
