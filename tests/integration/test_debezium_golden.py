@@ -266,7 +266,11 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
         status, body = http_status(f"{relay.url}/stream?{query}")
         assert status == 200
         lines = [json.loads(line) for line in body.decode().splitlines()]
+        assert [v["op"] for v in lines] == ["c", "c", "u"]  # Debezium's default skips t
+        every = http_status(f"{relay.url}/stream?{query}&skipped.operations=none")[1]
+        lines = [json.loads(line) for line in every.decode().splitlines()]
         assert [v["op"] for v in lines] == ["c", "c", "u", "t"]
+        query += "&skipped.operations=none"
         assert lines[0]["after"] == {"id": 1, "n": "12.50", "d": 19724}
         assert lines[2]["after"]["n"] == "1.00" and lines[3]["after"] is None
         assert {(v["source"]["db"], v["source"]["table"]) for v in lines} == {(pg_database, "t")}
@@ -295,7 +299,8 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
         tail = run_sluice(
             "tail", "--relay", relay.url, "--since-scn", str(start), "--until-caught-up",
             "--format", "debezium", "--debezium-option", "decimal.handling.mode=string",
-            "--debezium-option", "keys=true", timeout=60,
+            "--debezium-option", "keys=true", "--debezium-option", "skipped.operations=none",
+            timeout=60,
         )  # fmt: skip
         assert tail.returncode == 0, tail.stderr
         assert [json.loads(line) for line in tail.stdout.splitlines()] == pairs
@@ -306,6 +311,7 @@ def test_the_relay_streams_debezium_lines_and_refuses_what_it_cannot_speak(
             .option("startingScn", str(start))
             .option("format", "debezium")
             .option("debezium.decimal.handling.mode", "string")
+            .option("debezium.skipped.operations", "none")
             .load()
             .orderBy("scn")
             .collect()

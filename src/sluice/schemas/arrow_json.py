@@ -24,7 +24,14 @@ import pyarrow.compute as pc
 from sluice.schemas.arrow_decoder import Images
 from sluice.schemas.arrow_decoder import validity_bitmap as _validity
 from sluice.schemas.avro import TableSchema
-from sluice.schemas.columns import KIND, Column, date_text, datetime_text, time_text
+from sluice.schemas.columns import (
+    KIND,
+    Column,
+    date_text,
+    datetime_text,
+    float_text,
+    time_text,
+)
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
 _DAY_MICROS = 86_400_000_000
@@ -255,7 +262,7 @@ def _column_text(col: Column) -> Text:
     if kind.wire == "string" and kind.json == "string":
         return _string
     if kind.wire == "double":
-        return _per_value(_ENCODER.encode)
+        return _per_value(float_text)  # NaN and the infinities as strings
     if kind.wire == "string":  # json: the document re-serialized, as the row path does
         return _per_value(lambda v: _ENCODER.encode(json.loads(v)))
     if kind.wire == "bytes":

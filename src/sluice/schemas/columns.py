@@ -64,6 +64,25 @@ def time_text(micros: int) -> str:
     return f"{text}.{frac:06d}" if frac else text
 
 
+_NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+_INF = float("inf")
+
+
+def float_json(value: float) -> float | str:
+    """A float's JSON value: ``NaN`` and the infinities as the strings ``"NaN"``,
+    ``"Infinity"``, ``"-Infinity"`` (strict JSON has no such numbers; Debezium writes these)."""
+    if -_INF < value < _INF:
+        return value
+    return _NONFINITE[repr(value)]
+
+
+def float_text(value: float) -> str:
+    """A float's JSON text (``float_json``'s value as JSON)."""
+    if -_INF < value < _INF:
+        return repr(value)
+    return '"' + _NONFINITE[repr(value)] + '"'
+
+
 # -- JSON values of what an Avro reader (fastavro) returns -----------------------------------
 def _timestamp_json(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).replace(tzinfo=None).isoformat() + "Z"
@@ -138,8 +157,8 @@ KIND: dict[str, Kind] = {
             timestamp_text,
             True,
         ),
-        Kind("float", "double", "double", "number", "double"),  # float32 values, shortest text
-        Kind("double", "double", "double", "number", "double"),
+        Kind("float", "double", "double", "number", "double", float_json),  # float32 values
+        Kind("double", "double", "double", "number", "double", float_json),
         Kind("decimal", "decimal", None, "quoted", None, _decimal_json),
         Kind("uint64", "decimal", _UINT64, "value", "decimal(20,0)", int),
         Kind("bytes", "bytes", "bytes", "quoted", "binary", _b64),

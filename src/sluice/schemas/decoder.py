@@ -22,6 +22,8 @@ from sluice.schemas.codegen import run_generated
 from sluice.schemas.columns import (
     KIND,
     Column,
+    float_json,
+    float_text,
 )
 
 Row = dict[str, Any]
@@ -107,7 +109,8 @@ class _Generator:
             "_T1": _ONE_BYTE_TEXT if text else _ONE_BYTE,
             "_esc": encode_basestring,
             "_unpack": struct.Struct("<d").unpack_from,
-            "_float": _ENCODER.encode,
+            "_INF": float("inf"),
+            "_float": float_text if text else float_json,
             "_set": _set_text if text else _set,
         }
 
@@ -116,7 +119,8 @@ class _Generator:
         if kind.wire == "long":
             return self._long(i, kind.json, kind.canonical_json())
         if kind.wire == "double":
-            value = "_float(x)" if self.text else "x"
+            # NaN and the infinities as strings (strict JSON has no such numbers)
+            value = "_float(x)" if self.text else "x if -_INF < x < _INF else _float(x)"
             return [f"x = _unpack(data, pos)[0]; pos += 8; v{i} = {value}"]
         if kind.wire == "strings":
             return [f"v{i}, pos = _set(data, pos)"]

@@ -126,8 +126,8 @@ def _selected(schema: TableSchema, settings: ShapeSettings) -> list[int]:
 
 def _filter_value(kind: str) -> Callable[[Any], Any]:
     """A canonical value as the filter sees it: the JSON mapping, but decimals stay exact."""
-    if KIND[kind].wire == "decimal" and kind != "uint64":
-        return lambda v: v
+    if (KIND[kind].wire == "decimal" and kind != "uint64") or KIND[kind].wire == "double":
+        return lambda v: v  # NaN stays a number here (JSON writes it as a string)
     return KIND[kind].canonical_json()
 
 

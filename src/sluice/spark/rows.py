@@ -188,6 +188,7 @@ _FROM_JSON: dict[str, Callable[[Any], Any]] = {
     "date": dt.date.fromisoformat,
     "timestamp_ntz": dt.datetime.fromisoformat,
     "timestamp": lambda v: dt.datetime.fromisoformat(v.rstrip("Z")).replace(tzinfo=dt.UTC),
+    "double": float,  # "NaN", "Infinity", "-Infinity" in JSON: a double again
 }
 
 
