@@ -148,10 +148,11 @@ class SinkProcess:
             return stats if stats is not None and (stats["checkpoint_scn"] or 0) >= scn else None
 
         try:
-            stats: dict[str, Any] = wait_for(reached, timeout, f"the sink to deliver up to SCN {scn}")
+            stats: dict[str, Any] = wait_for(reached, timeout, f"the sink to reach SCN {scn}")
         except AssertionError as exc:
             tail = self.log_path.read_text()[-4000:]
-            raise AssertionError(f"{exc}\nlast /stats: {json.dumps(last[0])}\nlog: {tail}") from None
+            shown = json.dumps(last[0])
+            raise AssertionError(f"{exc}\nlast /stats: {shown}\nlog: {tail}") from None
         return stats
 
     def wait_events(self, events: int, timeout: float = 120) -> None:

@@ -243,8 +243,9 @@ def default_value(col: Column) -> Any:
     text = col.default
     if text is None:
         return None
+    parse: Callable[[str], Any] = _DEFAULT_PARSERS.get(col.kind, _identity)
     try:
-        return _DEFAULT_PARSERS.get(col.kind, _identity)(text)
+        return parse(text)
     except (ValueError, ArithmeticError):
         return None
 

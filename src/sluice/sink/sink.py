@@ -366,7 +366,7 @@ class Sink:
         """Commit held windows, then write a checkpoint saved outside a window."""
         if self._rewinding():
             return  # what is pending may name windows the target lost
-        if self.target.held:
+        if self.target.held:  # a failed background commit too: its loss is handled here
             try:
                 await self.target.commit()
             except HeldWindowsLost as exc:
@@ -374,6 +374,12 @@ class Sink:
                 return
             except TargetUnavailable as exc:
                 self._unreachable(exc)
+                return
+            except SluiceError as exc:  # a refusal: stop, as a refused window does
+                self._fatal = SinkFailed(f"target {self.target.describe()} refused a batch: {exc}")
+                self.error = str(self._fatal)
+                log.error("%s; stopping", self._fatal)
+                self.stop()
                 return
         store = self.store
         if (

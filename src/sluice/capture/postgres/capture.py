@@ -36,7 +36,6 @@ from sluice.capture.postgres.tables import (
     OP_C,
     OP_D,
     OP_U,
-    UNCHANGED_TOAST,
     PgTable,
     column_defaults,
     declared_column,
@@ -64,6 +63,7 @@ from sluice.errors import (
     first_line,
 )
 from sluice.schemas import TableSchema
+from sluice.schemas.columns import UNCHANGED_TOAST
 
 log = logging.getLogger(__name__)
 

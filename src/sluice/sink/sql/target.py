@@ -202,8 +202,12 @@ class SqlTarget:
 
     @property
     def held(self) -> int:
-        """Windows taken and not yet committed (buffered, or in a running commit)."""
-        return self._buffered + self._committing
+        """Windows taken and not yet committed (buffered, or in a running commit); a group
+        whose background commit failed counts until ``commit`` raises its failure (else the
+        windows it lost would go unnoticed once no more windows come)."""
+        task = self._inflight
+        failed = task is not None and task.done() and not task.cancelled() and task.exception()
+        return self._buffered + self._committing + int(bool(failed))
 
     async def commit(self) -> None:
         """Apply and commit the windows held in memory, in one transaction."""
