@@ -18,7 +18,7 @@ from typing import Any
 import pymysql
 
 from sluice.testing.mariadb import free_port
-from tests.integration.support import get_json, wait_for
+from tests.integration.support import get_json, wait_for, wait_relay_caught_up
 
 SOURCE_TABLES = (
     "orders (id INT PRIMARY KEY, status VARCHAR(20) NOT NULL, amount DECIMAL(10,2), "
@@ -97,6 +97,15 @@ def workload(
             on_progress(t)
         if pace_s:
             time.sleep(pace_s)
+
+
+def newest_window(relay_url: str, conn: pymysql.Connection[Any]) -> int:
+    """The SCN a sink's checkpoint reaches once it has every window: the relay's newest,
+    after its capture read the binlog to the server's current end. Not that end itself: a
+    sink writing its replica on the same server adds binlog events after the last window,
+    which no window covers (waiting for it raced the sink's own commits)."""
+    wait_relay_caught_up(relay_url, conn)
+    return int(get_json(relay_url + "/stats")["max_scn"])
 
 
 class SinkProcess:
