@@ -98,8 +98,9 @@ class JsonLinesConsumer:
         self.printed = printed
 
     def on_json_window(self, window: JsonWindow) -> None:
-        self.out.write("\n".join(window.lines) + "\n")
-        self.out.flush()
+        if window.lines:  # a window of skipped events only (a TRUNCATE) prints nothing
+            self.out.write("\n".join(window.lines) + "\n")
+            self.out.flush()
         if self.printed is not None:
             self.printed(window)
 

@@ -354,6 +354,8 @@ class Shaper:
     ) -> Change | None:
         scn, settings = window.scn, self.settings
         ident = f"{settings.origin}-{scn}-{tag}{index}"
+        if self._debezium is not None and raw.op in self._debezium.options.skipped:
+            return None  # skipped.operations (Debezium's default: t), as the relay skips them
         if raw.op == "t":  # no rows to filter or select: always passes
             body = self._truncate_body(window, raw) if settings.bodies else b""
             return Change(
@@ -435,7 +437,9 @@ class Shaper:
         fmt = self.settings.format
         if fmt == "debezium":
             assert self._debezium is not None
-            formatter = self._debezium.formatter(raw.source, -1, window.codec_for)
+            formatter = self._debezium.formatter(
+                raw.source, raw.schema_version or -1, window.codec_for
+            )
             _, value = formatter.event("t", None, window.scn, window.ts_ms)
             return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
         if fmt == "avro":
