@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,8 @@ from sluice.client.checkpoints import CheckpointStore
 from sluice.client.consumer import Consumer, JsonConsumer
 from sluice.relay import RelayConfig
 from sluice.testing import PrivateMariaDB, ReplicaConsumer, key_text, table_rows
+from sluice.testing.relays import RelayThread
+from tests.integration.workload import Workload
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
@@ -163,3 +166,33 @@ def spark_replica_from_scn_0(spark: Any, relay_url: str, bootstrap_url: str) -> 
     for r in state:
         out.setdefault(r["source"], {})[key_text(json.loads(r["key"]))] = json.loads(r["after"])
     return out
+
+
+@contextlib.contextmanager
+def workload_relay(
+    mariadb: PrivateMariaDB,
+    database: str,
+    tables: list[str],
+    data_dir: Path,
+    seed: int,
+    transactions: int,
+) -> Iterator[tuple[RelayThread, pymysql.Connection[Any], Workload]]:
+    """A new database with the workload's tables, a relay on ``tables`` (names without the
+    database), and ``transactions`` of the workload it has caught up with."""
+    admin = mariadb.connect()
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {database}")
+    admin.close()
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+    Workload.create(conn)
+    config = relay_config(mariadb, [f"{database}.{t}" for t in tables], data_dir)
+    try:
+        with RelayThread(config) as relay:
+            workload = Workload(conn, seed=seed)
+            workload.run(transactions)
+            wait_relay_caught_up(relay.url, conn)
+            yield relay, conn, workload
+    finally:
+        conn.close()

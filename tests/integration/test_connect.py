@@ -22,8 +22,13 @@ from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread, key_t
 from sluice.testing.mariadb import free_port
 from sluice.testing.spark_connect import PrivateConnectServer
 from sluice.testing.truth import table_rows
-from tests.integration.support import consume, relay_config, run_sluice, wait_relay_caught_up
-from tests.integration.workload import Workload
+from tests.integration.support import (
+    consume,
+    relay_config,
+    run_sluice,
+    wait_relay_caught_up,
+    workload_relay,
+)
 
 TABLES = ["alltypes", "person", "orders"]
 
@@ -53,21 +58,9 @@ def remote(connect_url: str) -> Iterator[Any]:
 def relay_db(
     mariadb: PrivateMariaDB, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[RelayThread, pymysql.Connection[Any]]]:
-    admin = mariadb.connect()
-    with admin.cursor() as cur:
-        cur.execute("CREATE DATABASE conn")
-    conn = mariadb.connect("conn")
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-    Workload.create(conn)
-    config = relay_config(
-        mariadb, [f"conn.{t}" for t in TABLES], tmp_path_factory.mktemp("relay") / "data"
-    )
-    with RelayThread(config) as relay:
-        Workload(conn, seed=27).run(40)
-        wait_relay_caught_up(relay.url, conn)
-        yield relay, conn
-    conn.close()
+    data = tmp_path_factory.mktemp("relay") / "data"
+    with workload_relay(mariadb, "conn", TABLES, data, seed=27, transactions=40) as made:
+        yield made[0], made[1]
 
 
 def _stream(spark: Any, out: Path, **options: str) -> None:

@@ -22,7 +22,11 @@ import pyspark
 import pytest
 
 from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread, key_text, table_rows
-from tests.integration.support import consume, relay_config, wait_relay_caught_up
+from tests.integration.support import (
+    consume,
+    wait_relay_caught_up,
+    workload_relay,
+)
 from tests.integration.workload import Workload
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipelines"
@@ -37,21 +41,10 @@ Event = tuple[int, str, str, str]  # scn, source, key_text, op
 def relay_db(
     mariadb: PrivateMariaDB, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[RelayThread, pymysql.Connection[Any], Workload]]:
-    admin = mariadb.connect()
-    with admin.cursor() as cur:
-        cur.execute("CREATE DATABASE piped")
-    admin.close()
-    conn = mariadb.connect("piped")
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-    Workload.create(conn)
-    config = relay_config(mariadb, SOURCES, tmp_path_factory.mktemp("relay") / "data")
-    with RelayThread(config) as relay:
-        workload = Workload(conn, seed=27)
-        workload.run(30)
-        wait_relay_caught_up(relay.url, conn)
-        yield relay, conn, workload
-    conn.close()
+    data = tmp_path_factory.mktemp("relay") / "data"
+    tables = [s.split(".", 1)[1] for s in SOURCES]
+    with workload_relay(mariadb, "piped", tables, data, seed=27, transactions=30) as made:
+        yield made
 
 
 class Pipeline:

@@ -17,8 +17,12 @@ import pymysql
 import pytest
 
 from sluice.testing import PrivateMariaDB, RecordingConsumer, RelayThread, free_port, key_text
-from tests.integration.support import consume, relay_config, wait_for, wait_relay_caught_up
-from tests.integration.workload import Workload
+from tests.integration.support import (
+    consume,
+    wait_for,
+    wait_relay_caught_up,
+    workload_relay,
+)
 
 TABLES = ["alltypes", "person", "orders"]
 
@@ -27,20 +31,9 @@ TABLES = ["alltypes", "person", "orders"]
 def relay_db(
     mariadb: PrivateMariaDB, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[RelayThread, pymysql.Connection[Any]]]:
-    admin = mariadb.connect()
-    with admin.cursor() as cur:
-        cur.execute("CREATE DATABASE sparky")
-    conn = mariadb.connect("sparky")
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone = '+00:00'")
-    Workload.create(conn)
-    sources = [f"sparky.{t}" for t in TABLES]
-    config = relay_config(mariadb, sources, tmp_path_factory.mktemp("relay") / "data")
-    with RelayThread(config) as relay:
-        Workload(conn, seed=21).run(60)
-        wait_relay_caught_up(relay.url, conn)
-        yield relay, conn
-    conn.close()
+    data = tmp_path_factory.mktemp("relay") / "data"
+    with workload_relay(mariadb, "sparky", TABLES, data, seed=21, transactions=60) as made:
+        yield made[0], made[1]
 
 
 def _relay_events(url: str) -> Counter[tuple[int, str, str, str]]:

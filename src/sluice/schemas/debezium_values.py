@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from sluice.errors import ConfigError
-from sluice.schemas.columns import UNCHANGED_TOAST, Column
+from sluice.schemas.columns import UNCHANGED_TOAST, Column, float_json
 
 _PRECISION = re.compile(r"\((\d+)(?:\s*,\s*(-?\d+))?\)")
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -36,8 +36,6 @@ MODES = {
     "tombstones.on.delete": ("true", "false"),
 }
 UNAVAILABLE = "__debezium_unavailable_value"  # unavailable.value.placeholder's default
-# What Debezium's PostgreSQL connector reads for infinite dates and timestamps (PgJDBC's
-# +/- infinity milliseconds, as Debezium converts them), and ``timestamptz``'s text.
 _SKIPPABLE = frozenset("cudt")
 
 
@@ -137,7 +135,7 @@ class _Conventions:
                 {"type": "string"},
             )
         if mode == "double":
-            return Field(lambda d: float_value(float(Decimal(d))), {"type": "double"})
+            return Field(lambda d: float_json(float(Decimal(d))), {"type": "double"})
         if scale is None:  # numeric without a scale: io.debezium.data.VariableScaleDecimal
             return Field(_variable_scale, _VARIABLE_SCALE)
         step = Decimal(1).scaleb(-scale)
@@ -189,19 +187,6 @@ def _named(kind: str, name: str, parameters: dict[str, str] | None = None) -> di
 
 
 _SPECIAL_NUMERIC = frozenset({"NaN", "Infinity", "-Infinity"})
-_NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-_INF = float("inf")
-
-
-def float_value(value: Any) -> Any:
-    """A float as Debezium's JSON has it: ``NaN`` and the infinities as strings (Jackson's
-    default), which strict JSON parsers take."""
-    number = float(value)
-    if -_INF < number < _INF:
-        return number
-    return _NONFINITE[repr(number)]
-
-
 _VARIABLE_SCALE = {
     "type": "struct",
     "fields": [
@@ -304,9 +289,9 @@ def _pg_value(col: Column, c: _Conventions) -> Field:
     if kind == "bool":
         return Field(bool, {"type": "boolean"})
     if kind == "float":
-        return Field(float_value, {"type": "float"})
+        return Field(float_json, {"type": "float"})
     if kind == "double":
-        return Field(float_value, {"type": "double"})
+        return Field(float_json, {"type": "double"})
     if kind == "bytes":
         return Field(c.binary, c.binary_schema())
     if kind == "date":
@@ -407,9 +392,9 @@ def _mysql_field(col: Column, c: _Conventions) -> Field:
     if kind == "decimal":
         return c.decimal(col.scale, col.precision or None)
     if kind == "float":
-        return Field(float_value, {"type": "float"})
+        return Field(float_json, {"type": "float"})
     if kind == "double":
-        return Field(float_value, {"type": "double"})
+        return Field(float_json, {"type": "double"})
     if kind in ("bytes", "geometry"):
         return Field(c.binary, c.binary_schema())
     if kind == "date":

@@ -126,6 +126,7 @@ class SinkServer:
                 ("events_total", "counter", s["events"]),
                 ("windows_total", "counter", s["windows"]),
                 ("filtered_events_total", "counter", s["filtered_events"]),
+                ("skipped_events_total", "counter", s["skipped_events"]),
                 ("retries_total", "counter", s["retries"]),
                 ("rewinds_total", "counter", s["rewinds"]),
                 ("dead_letters_total", "counter", s["target_stats"].get("dead_letters", 0)),

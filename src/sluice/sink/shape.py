@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
+import logging
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,8 @@ from sluice.sink.expr import Expression, parse_filter
 from sluice.sink.target import Batch, Change
 
 Format = Literal["json", "debezium", "avro"]
+log = logging.getLogger(__name__)
+_OP_NAMES = {"c": "insert", "u": "update", "d": "delete", "t": "TRUNCATE"}
 CONTENT_TYPES = {"json": "application/json", "debezium": "application/json", "avro": "avro/binary"}
 ROUTE_FIELDS = ("source", "db", "table", "op")
 # Snapshot rows: the bootstrap's row cursor holds the row number in its low 48 bits (the
@@ -210,6 +213,8 @@ class Shaper:
     def __init__(self, settings: ShapeSettings, source_info: Mapping[str, Any]) -> None:
         self.settings = settings
         self.filtered = 0  # events the filter dropped (or turned into deletes)
+        self.skipped = 0  # events --format debezium's skipped.operations dropped
+        self._skipped_said: set[tuple[str, str]] = set()
         self._tables: dict[tuple[str, int], _TableShape] = {}
         self._routes: dict[tuple[str, str], str] = {}
         self._debezium: DebeziumWindows | None = None
@@ -340,6 +345,17 @@ class Shaper:
             self._routes[(source, op)] = route
         return route
 
+    def _skip(self, raw: wire.RawEvent) -> None:
+        """Count a skipped event; say so once per table and op."""
+        self.skipped += 1
+        if (raw.source, raw.op) not in self._skipped_said:
+            self._skipped_said.add((raw.source, raw.op))
+            log.warning(
+                "%s: %s events are not sent (skipped.operations, Debezium's default skips "
+                "t; --debezium-option skipped.operations=none sends them)",
+                raw.source, _OP_NAMES.get(raw.op, raw.op),
+            )  # fmt: skip
+
     def _table(self, window: RecordWindow, source: str, version: int) -> _TableShape:
         shape = self._tables.get((source, version))
         if shape is None:
@@ -355,7 +371,8 @@ class Shaper:
         scn, settings = window.scn, self.settings
         ident = f"{settings.origin}-{scn}-{tag}{index}"
         if self._debezium is not None and raw.op in self._debezium.options.skipped:
-            return None  # skipped.operations (Debezium's default: t), as the relay skips them
+            self._skip(raw)  # skipped.operations (Debezium's default: t), as the relay does
+            return None
         if raw.op == "t":  # no rows to filter or select: always passes
             body = self._truncate_body(window, raw) if settings.bodies else b""
             return Change(

@@ -309,10 +309,7 @@ class Sink:
         except TargetUnavailable as exc:  # the next window meets it again, and says so
             log.warning("target %s: commit failed (%s)", self.target.describe(), exc)
         except SluiceError as exc:  # a refusal: stop, as a refused window does
-            self._fatal = SinkFailed(f"target {self.target.describe()} refused a batch: {exc}")
-            self.error = str(self._fatal)
-            log.error("%s; stopping", self._fatal)
-            self.stop()
+            self._refused(exc)
             return
         if self.target.held and self._commit_timer is None:
             loop = asyncio.get_running_loop()
@@ -376,10 +373,7 @@ class Sink:
                 self._unreachable(exc)
                 return
             except SluiceError as exc:  # a refusal: stop, as a refused window does
-                self._fatal = SinkFailed(f"target {self.target.describe()} refused a batch: {exc}")
-                self.error = str(self._fatal)
-                log.error("%s; stopping", self._fatal)
-                self.stop()
+                self._refused(exc)
                 return
         store = self.store
         if (
@@ -428,12 +422,16 @@ class Sink:
             )  # fmt: skip
         self.target_down_since, self.target_error = None, None
 
-    def _fail(self, exc: SluiceError) -> None:
+    def _refused(self, exc: SluiceError) -> SinkFailed:
+        """The target refused a batch for good: say so and stop."""
         self._fatal = SinkFailed(f"target {self.target.describe()} refused a batch: {exc}")
         self.error = str(self._fatal)
         log.error("%s; stopping", self._fatal)
         self.stop()
-        raise self._fatal
+        return self._fatal
+
+    def _fail(self, exc: SluiceError) -> None:
+        raise self._refused(exc)
 
     async def _until_up(self, action: Any) -> Any:
         attempt = 0
@@ -489,6 +487,7 @@ class Sink:
             "windows": self.windows,
             "events_per_s": round(self.rate.per_second(), 1),
             "filtered_events": self.shaper.filtered if self.shaper is not None else 0,
+            "skipped_events": self.shaper.skipped if self.shaper is not None else 0,
             "retries": self.retries,
             "rewinds": self.rewinds,
             "last_scn": self.last_scn,
