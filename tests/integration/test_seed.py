@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pymysql
 import pytest
 
+from sluice.blocking_http import frames
 from sluice.bootstrap.job import BootstrapJob, JobConfig
 from sluice.bootstrap.seed.job import SeedConfig, SeedJob
 from sluice.bootstrap.seed.records import SeedRecords
@@ -21,7 +22,6 @@ from sluice.bootstrap.server import BootstrapServer
 from sluice.bootstrap.store import GENERATION_SHIFT, BootstrapStore, generation_of
 from sluice.client import Client, ClientConfig
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
-from sluice.spark.http import frames
 from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer, ServiceThread
 from sluice.testing.truth import table_rows
 from tests.integration.support import (

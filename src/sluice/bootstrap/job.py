@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from sluice.blocking_http import get_json
 from sluice.bootstrap.fold import blocked_by_gaps, fold
 from sluice.bootstrap.health import UNHEALTHY_FAILURES, FoldStatus
 from sluice.bootstrap.logwriter import LogWriter
@@ -27,7 +28,6 @@ from sluice.core.names import schemas_path
 from sluice.errors import ConfigError, SluiceError
 from sluice.spark import register
 from sluice.spark.fetch import Fetcher
-from sluice.spark.http import get_json
 from sluice.spark.options import parse_options
 
 if TYPE_CHECKING:

@@ -56,14 +56,39 @@ class SchemaRegistry:
             for held in reversed(versions):
                 if held.same_shape(candidate):
                     return held
-            if self._dir is not None:
-                folder = self._dir / folder_name(source)  # any name as one folder
-                folder.mkdir(exist_ok=True)
-                text = json.dumps(candidate.to_avro(), indent=2, sort_keys=True)
-                write_atomically(folder / f"v{candidate.version}.avsc", text)
+            self._store(candidate)
             versions.append(candidate)
             log.info("schema of %s is now version %d", source, candidate.version)
             return candidate
+
+    def adopt(self, schema: TableSchema) -> bool:
+        """Hold ``schema`` under its own version number, stored first: a chained relay keeps
+        its upstream's numbers, so its events' versions mean what they meant there. True when
+        it was new. Another schema already under that number is a ``SchemaError``."""
+        with self._lock:
+            versions = self._versions.setdefault(schema.source, [])
+            for held in versions:
+                if held.version == schema.version:
+                    if held.same_shape(schema):
+                        return False
+                    raise SchemaError(
+                        f"version {schema.version} of {schema.source} here is not the "
+                        "upstream's version of that number: this data dir holds schemas of "
+                        "another source; start this relay with a new --data-dir",
+                        source=schema.source,
+                    )
+            self._store(schema)
+            versions.append(schema)
+            versions.sort(key=lambda s: s.version)
+            log.info("schema of %s version %d taken from upstream", schema.source, schema.version)
+            return True
+
+    def _store(self, schema: TableSchema) -> None:
+        if self._dir is not None:
+            folder = self._dir / folder_name(schema.source)  # any name as one folder
+            folder.mkdir(exist_ok=True)
+            text = json.dumps(schema.to_avro(), indent=2, sort_keys=True)
+            write_atomically(folder / f"v{schema.version}.avsc", text)
 
     def add(self, schema: TableSchema) -> None:
         """Add a schema fetched from elsewhere (clients cache the relay's)."""

@@ -6,13 +6,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from sluice.blocking_http import frames, frames_in_pieces, get_json
 from sluice.core.names import schemas_path
 from sluice.core.pieces import Piece
 from sluice.core.wire import Heartbeat, decode_events, read_window_header
 from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SchemaError
 from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
 from sluice.schemas.debezium import check_connector
-from sluice.spark.http import frames, frames_in_pieces, get_json
 from sluice.spark.options import SourceOptions
 
 _registries: dict[tuple[str, ...], SchemaRegistry] = {}  # per worker process

@@ -1,4 +1,6 @@
-"""Blocking HTTP for Spark's driver and workers: JSON GETs and framed ``/stream`` bodies."""
+"""Blocking HTTP to relays and bootstrap servers, for threads that cannot run an event loop
+(Spark's driver and workers, a chained relay's capture thread): JSON GETs and framed
+``/stream`` bodies."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from urllib.parse import urlencode, urlsplit
 
 from sluice.core.pieces import Piece, PieceParser
 from sluice.core.wire import FrameParser, Heartbeat
-from sluice.errors import RelayUnavailable, raise_for_status
+from sluice.errors import RelayUnavailable, first_line, raise_for_status
 
 _TIMEOUT_S = 60.0
 
@@ -21,16 +23,20 @@ def _connect(base: str) -> http.client.HTTPConnection:
     return cls(parts.hostname or "127.0.0.1", parts.port, timeout=_TIMEOUT_S)
 
 
-def _open(
-    base: str, path: str, params: dict[str, str]
+def open_get(
+    base: str, path: str, params: dict[str, str], headers: dict[str, str] | None = None
 ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """A GET whose answer is 200 (any other raises as ``raise_for_status`` says), with its
+    connection: the caller reads the body and closes the connection."""
     conn = _connect(base)
     try:
-        conn.request("GET", f"{path}?{urlencode(params)}" if params else path)
+        conn.request(
+            "GET", f"{path}?{urlencode(params)}" if params else path, headers=headers or {}
+        )
         resp = conn.getresponse()
-    except OSError as exc:
+    except (OSError, http.client.HTTPException) as exc:
         conn.close()
-        raise RelayUnavailable(f"{base}: {exc}") from None
+        raise RelayUnavailable(f"{base}: {first_line(exc)}") from None
     if resp.status != 200:
         body = resp.read()
         conn.close()
@@ -48,10 +54,12 @@ def _open(
 
 
 def get_json(base: str, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
-    conn, resp = _open(base, path, params or {})
+    conn, resp = open_get(base, path, params or {})
     try:
         body: dict[str, Any] = json.loads(resp.read())
         return body
+    except (OSError, http.client.HTTPException) as exc:
+        raise RelayUnavailable(f"{base}: {first_line(exc)}") from None
     finally:
         conn.close()
 
@@ -77,11 +85,11 @@ def frames_in_pieces(
 
 
 def _body(base: str, path: str, params: dict[str, str]) -> Iterator[bytes]:
-    conn, resp = _open(base, path, params)
+    conn, resp = open_get(base, path, params)
     try:
         while chunk := resp.read1(1 << 20):
             yield chunk
-    except OSError as exc:
-        raise RelayUnavailable(f"{base}: {exc}") from None
+    except (OSError, http.client.HTTPException) as exc:  # reset, or cut mid-chunk
+        raise RelayUnavailable(f"{base}: {first_line(exc)}") from None
     finally:
         conn.close()

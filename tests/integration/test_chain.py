@@ -1,0 +1,254 @@
+"""Relay chaining: relays whose source is other relays (``sluice://``), as real processes.
+
+Each tier serves exactly what the tier above serves: the same window records, byte for byte
+(SCN, previous SCN, commit time, events), and the same schema versions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from sluice.blocking_http import frames
+from sluice.core import wire
+from sluice.testing import PrivateMariaDB, RelayProcess, ReplicaConsumer, free_port
+from tests.integration.support import (
+    assert_replica_equals,
+    consume,
+    get_json,
+    http_status,
+    run_sluice,
+    wait_for,
+    wait_relay_caught_up,
+)
+from tests.integration.workload import Workload
+
+TABLES = ["alltypes", "person", "orders"]
+
+
+def _args(source: str, sources: list[str], data_dir: Path, port: int, *more: str) -> list[str]:
+    args = ["--source", source, "--port", str(port), "--data-dir", str(data_dir), *more]
+    for table in sources:
+        args += ["--table", table]
+    return args
+
+
+def _workload(mariadb: PrivateMariaDB, database: str, seed: int, count: int) -> threading.Thread:
+    def work() -> None:
+        conn = mariadb.connect(database)
+        Workload(conn, seed=seed).run(count)
+        conn.close()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+def _records(url: str, since: int, until: int) -> list[bytes]:
+    """Every window record a relay serves after ``since`` up to ``until``, as served."""
+    out: list[bytes] = []
+    while since < until:
+        params = {"since_scn": str(since), "timeout_ms": "0"}
+        got = [f for f in frames(url, "/stream", params) if isinstance(f, bytes)]
+        if not got:
+            break
+        out += got
+        since = wire.read_window_header(got[-1]).scn
+    return out
+
+
+def _max_scn(url: str) -> int:
+    return int(get_json(url + "/stats")["max_scn"])
+
+
+def _same_as(upstream: str, downstream: str, start: int, sources: list[str]) -> None:
+    newest = _max_scn(upstream)
+    wait_for(lambda: _max_scn(downstream) >= newest, 60, f"{downstream} to reach SCN {newest}")
+    mine, theirs = _records(downstream, start, newest), _records(upstream, start, newest)
+    assert len(theirs) > 10
+    assert [wire.read_window_header(r).scn for r in mine] == [
+        wire.read_window_header(r).scn for r in theirs
+    ]
+    assert mine == theirs  # the records byte for byte: prev SCN, time, events, checksum
+    for source in sources:
+        assert get_json(f"{downstream}/schemas/{source}") == get_json(
+            f"{upstream}/schemas/{source}"
+        )
+
+
+def test_a_chain_of_three_relays_serves_the_same_bytes_across_sigkills(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    Workload.create(conn)
+    sources = [f"{database}.{t}" for t in TABLES]
+    top = RelayProcess(_args(mariadb.url, sources, tmp_path / "a", 0), tmp_path / "a.log").start()
+    mid_port = free_port()
+    mid_args = _args(top.url.replace("http", "sluice"), sources, tmp_path / "b", mid_port)
+    mid = RelayProcess(mid_args, tmp_path / "b.log").start()
+    low = RelayProcess(
+        _args(f"sluice://127.0.0.1:{mid_port}", sources, tmp_path / "c", 0), tmp_path / "c.log"
+    ).start()
+    start = _max_scn(top.url)
+    assert _max_scn(mid.url) == start == _max_scn(low.url)
+    work = _workload(mariadb, database, seed=11, count=200)
+    try:
+        for _ in range(2):  # the middle relay dies mid-workload, and comes back
+            seen = _max_scn(low.url)
+            wait_for(lambda s=seen: _max_scn(low.url) > s, 60, "the lowest tier to advance")
+            mid.kill()
+            mid = RelayProcess(mid_args, tmp_path / "b.log").start()
+        work.join(timeout=180)
+        wait_relay_caught_up(top.url, conn)
+        _same_as(top.url, mid.url, start, sources)
+        _same_as(mid.url, low.url, start, sources)
+        assert get_json(low.url + "/stats")["capture"]["reconnects"] >= 1
+        replica = ReplicaConsumer()
+        consume(low.url, replica, since_scn=start)
+        assert_replica_equals(replica, conn, sources)
+        sources_info = get_json(low.url + "/sources")["source"]
+        assert sources_info == get_json(top.url + "/sources")["source"]  # Debezium's source block
+    finally:
+        for relay in (low, mid, top):
+            relay.stop()
+
+
+def test_a_lost_upstream_is_replaced_by_the_next(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    Workload.create(conn)
+    sources = [f"{database}.{t}" for t in TABLES]
+    first = RelayProcess(_args(mariadb.url, sources, tmp_path / "a1", 0), tmp_path / "a1.log")
+    second = RelayProcess(_args(mariadb.url, sources, tmp_path / "a2", 0), tmp_path / "a2.log")
+    first.start()
+    second.start()
+    upstreams = ",".join(r.url.replace("http", "sluice") for r in (first, second))
+    chained = RelayProcess(_args(upstreams, sources, tmp_path / "b", 0), tmp_path / "b.log").start()
+    start = min(_max_scn(first.url), _max_scn(second.url))
+    wait_for(lambda: _max_scn(chained.url) >= start, 30, "the chained relay to start")
+    work = _workload(mariadb, database, seed=5, count=120)
+    try:
+        wait_for(lambda: _max_scn(chained.url) > start, 60, "some windows through the first")
+        first.kill()
+        work.join(timeout=180)
+        wait_relay_caught_up(second.url, conn)
+        _same_as(second.url, chained.url, start, sources)
+        details = get_json(chained.url + "/stats")["capture"]["source"]
+        assert details["upstream"] == second.url
+        assert details["failovers"] >= 1
+    finally:
+        for relay in (chained, second, first):
+            relay.stop()
+
+
+def test_a_relay_behind_its_upstreams_buffer_reads_it_cold_from_the_upstream(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    """The upstream's buffer wrapped while the chained relay was down: the upstream reads the
+    range again from its binlog (``cold=true``), and the chain goes on exactly."""
+    Workload.create(conn)
+    sources = [f"{database}.{t}" for t in TABLES]
+    small = ["--buffer-size", str(64 * 1024)]
+    top = RelayProcess(
+        _args(mariadb.url, sources, tmp_path / "a", 0, *small), tmp_path / "a.log"
+    ).start()
+    args = _args(top.url.replace("http", "sluice"), sources, tmp_path / "b", 0)
+    chained = RelayProcess(args, tmp_path / "b.log").start()
+    start = _max_scn(top.url)
+    chained.stop()
+    try:
+        Workload(conn, seed=7).run(150)
+        wait_relay_caught_up(top.url, conn)
+        oldest = get_json(top.url + "/stats")["min_scn"]
+        assert oldest > start, "the upstream's buffer did not wrap"
+        chained = RelayProcess(args, tmp_path / "b.log").start()
+        newest = _max_scn(top.url)
+        wait_for(lambda: _max_scn(chained.url) >= newest, 60, "the chained relay to catch up")
+        replica = ReplicaConsumer()
+        consume(chained.url, replica, since_scn=start)
+        assert_replica_equals(replica, conn, sources)
+        assert "cold read of SCNs" in (tmp_path / "a.log").read_text()
+    finally:
+        chained.stop()
+        top.stop()
+
+
+def test_a_relay_that_fell_out_of_its_upstreams_buffer_says_so(tmp_path: Path) -> None:
+    """An upstream that cannot read its source again (a query source): the chained relay
+    stops capturing, says why in /healthz and its log, and names the fix."""
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, updated_at INTEGER)")
+    db.commit()
+    config = tmp_path / "relay.toml"
+    config.write_text(
+        '[tables."main.t"]\nmode = "incrementing"\nincrementing_column = "id"\n'
+        'poll_interval = "50ms"\n'
+    )
+    top = RelayProcess(
+        [
+            *_args(f"query+sqlite:///{path}", [], tmp_path / "a", 0),
+            *("--config", str(config), "--buffer-size", str(64 * 1024)),
+        ],
+        tmp_path / "a.log",
+    ).start()
+    args = _args(top.url.replace("http", "sluice"), ["main.t"], tmp_path / "b", 0)
+    chained = RelayProcess(args, tmp_path / "b.log").start()
+    start = _max_scn(chained.url)
+    chained.stop()
+    try:
+        for batch in range(40):  # 40 windows of 50 rows of ~130 bytes: the buffer wraps
+            seen = _max_scn(top.url)
+            db.executemany(
+                "INSERT INTO t (v, updated_at) VALUES (?, ?)",
+                [("x" * 100, batch * 100 + i) for i in range(50)],
+            )
+            db.commit()
+            wait_for(lambda s=seen: _max_scn(top.url) > s, 30, "the upstream to poll")
+        status, _ = http_status(f"{top.url}/stream?since_scn={start}&timeout_ms=0")
+        assert status == 410, "the upstream's buffer did not wrap"
+        chained = RelayProcess(args, tmp_path / "b.log").start()
+        status, body = wait_for(
+            lambda: (s := http_status(chained.url + "/healthz"))[0] == 503 and s, 60, "a 503"
+        )
+        assert "fell out of its upstreams' buffers" in str(body)
+        assert "--since-scn" in str(body) and "bootstrap=" in str(body)
+        text = (tmp_path / "b.log").read_text()
+        assert "fell out of its upstreams' buffers" in text
+    finally:
+        chained.stop()
+        top.stop()
+        db.close()
+
+
+def test_a_chain_to_nothing_or_to_a_table_the_upstream_lacks_is_one_clear_line(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    Workload.create(conn)
+    dead = free_port()
+    result = run_sluice(
+        "relay", *_args(f"sluice://127.0.0.1:{dead}", ["a.b"], tmp_path / "x", 0), timeout=60
+    )
+    assert result.returncode != 0
+    assert f"127.0.0.1:{dead}" in result.stderr and "no upstream relay answers" in result.stderr
+    top = RelayProcess(
+        _args(mariadb.url, [f"{database}.person"], tmp_path / "a", 0), tmp_path / "a.log"
+    ).start()
+    try:
+        result = run_sluice(
+            "relay",
+            *_args(top.url.replace("http", "sluice"), [f"{database}.orders"], tmp_path / "y", 0),
+            timeout=60,
+        )
+        assert result.returncode != 0
+        assert f"does not capture {database}.orders" in result.stderr
+        assert f"add --table {database}.orders" in result.stderr
+        result = run_sluice(
+            "relay", *_args("sluice://host:notaport", ["a.b"], tmp_path / "z", 0), timeout=60
+        )
+        assert result.returncode != 0 and "port is not a number" in result.stderr
+    finally:
+        top.stop()
