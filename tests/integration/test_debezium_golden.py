@@ -15,6 +15,7 @@ from typing import Any
 
 from sluice.capture import CapturedWindow
 from sluice.capture.mysql.metadata import end_scn
+from sluice.capture.postgres.capture import described_source
 from sluice.capture.source import CaptureSettings, open_capture, source_info
 from sluice.core import wire
 from sluice.relay import RelayConfig
@@ -222,7 +223,7 @@ def test_options_change_values_as_debezium_documents(postgres: PrivatePostgres) 
         ("id",),
     )
     payload = RowCodec(schema).encode(None, [1, "12.30", 3_723_456_789, 1_000_123_456, b"\x00\xff"])
-    source = {"connector": "postgresql", "db": "d"}
+    source = described_source("d")
 
     def after(**options: str) -> dict[str, Any]:
         formatter = DebeziumFormatter(schema, source, DebeziumOptions.parse(options))

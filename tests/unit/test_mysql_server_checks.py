@@ -191,5 +191,10 @@ def test_source_info_reads_the_log_base_on_mysql_8_4(monkeypatch: pytest.MonkeyP
     conn = _Conn("8.4.3", master_status=_syntax_error("SHOW MASTER STATUS"))
     monkeypatch.setattr(ConnectParams, "connect", lambda self, **kw: conn)
     info = mysql_capture.source_info("mysql://u@127.0.0.1:3306")
-    assert info == {"connector": "mysql", "server_id": 1, "log_base": "binlog"}
+    assert {k: info[k] for k in ("connector", "server_id", "log_base")} == {
+        "connector": "mysql",
+        "server_id": 1,
+        "log_base": "binlog",
+    }
+    assert info["debezium"]["fields"] == {"server_id": 1, "row": 0}
     assert conn.closed

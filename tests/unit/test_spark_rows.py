@@ -10,6 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sluice.capture.mysql import capture as mysql_capture
+from sluice.capture.postgres import capture as postgres_capture
 from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
@@ -203,9 +205,9 @@ def test_a_column_of_another_kind_takes_the_typed_row_path() -> None:
 
 
 # -- Debezium rows --------------------------------------------------------------------------
-SOURCES = {
-    "mysql": {"connector": "mysql", "server_id": 7, "log_base": "mariadb-bin"},
-    "postgresql": {"connector": "postgresql", "db": "shop"},
+SOURCES = {  # as the kinds' source_info describes such servers
+    "mysql": mysql_capture.described_source(7, "mariadb-bin"),
+    "postgresql": postgres_capture.described_source("shop"),
 }
 dbz_options = st.fixed_dictionaries(
     {

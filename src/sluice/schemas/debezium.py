@@ -3,12 +3,18 @@ Debezium: ``before``, ``after``, ``source``, ``op``, ``ts_ms``, ``transaction``,
 Debezium's key struct. Values come from the payload's Avro decoded to canonical values
 (``decoder.canonical_envelope``: Sluice's JSON mapping parses JSON columns and would lose their
 text), converted by each connector's conventions (``debezium_values.py``).
+
+The ``source`` block follows Debezium's connector that the source kind names in
+``source_info(url)`` (``connector``); what depends on the source itself, constant fields and
+the fields an SCN gives, the kind declares there too (``debezium``; see ``_Position``), so
+nothing here knows how any kind makes its SCNs.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sluice.core import wire
@@ -48,6 +54,13 @@ class DebeziumFormatter:
         self.key_index = [(name, index[name]) for name in schema.primary_key]
         self.key_schema = self._struct(f"{prefix}.Key", schema.primary_key, False)
         self.envelope_schema = self._envelope_schema(prefix)
+        described = source.get("debezium") or {}
+        self._block = _block_template(self.connector, options.name, namespace, table, described)
+        self._positions = [
+            _Position.of(name, spec)
+            for name, spec in (described.get("position") or {}).items()
+            if name in self._block
+        ]
 
     def event(
         self,
@@ -106,41 +119,16 @@ class DebeziumFormatter:
         return {"schema": self.key_schema, "payload": payload}
 
     def source_block(self, op: str, scn: int, ts_ms: int) -> dict[str, Any]:
-        head = {
-            "version": VERSION,
-            "connector": self.connector,
-            "name": self.options.name,
-            "ts_ms": ts_ms,
-            "snapshot": "true" if op == "r" else "false",
-        }
-        times = {"sequence": None, "ts_us": ts_ms * 1000, "ts_ns": ts_ms * 1_000_000}
-        if self.connector == "mysql":
-            base = self.source.get("log_base", "binlog")
-            return {
-                **head,
-                "db": self.namespace,
-                **times,
-                "table": self.table,
-                "server_id": int(self.source.get("server_id", 0)),
-                "gtid": None,
-                "file": f"{base}.{scn >> 32:06d}",
-                "pos": scn & 0xFFFFFFFF,
-                "row": 0,
-                "thread": None,
-                "query": None,
-            }
-        return {
-            **head,
-            "db": self.source.get("db", ""),
-            **times,
-            "schema": self.namespace,
-            "table": self.table,
-            "txId": None,
-            "lsn": scn,
-            "xmin": None,
-            "origin": None,
-            "origin_lsn": None,
-        }
+        """The event's ``source`` block: the table's and the kind's fields made once
+        (``_block``), the commit's time and the SCN's fields filled in, in Debezium's order."""
+        block = dict(self._block)
+        block["ts_ms"] = ts_ms
+        block["snapshot"] = "true" if op == "r" else "false"
+        block["ts_us"] = ts_ms * 1000
+        block["ts_ns"] = ts_ms * 1_000_000
+        for position in self._positions:
+            block[position.field] = position.value(scn)
+        return block
 
     def _struct(self, name: str, columns: Sequence[str], optional: bool) -> dict[str, Any]:
         by_name = {c.name: (c, f) for c, f in zip(self.schema.columns, self.fields, strict=True)}
@@ -305,6 +293,9 @@ def _fields(*spec: tuple[str, str, bool]) -> list[dict[str, Any]]:
     return [{"type": t, "optional": o, "field": f} for f, t, o in spec]
 
 
+# Debezium's source block per Debezium connector (its format's vocabulary, not Sluice's source
+# kinds: a kind names the connector whose format it speaks in ``source_info``): the fields, in
+# Debezium's order, of both the block's schema and the block itself.
 _SOURCE_FIELDS = {
     "postgresql": _HEAD_FIELDS
     + _fields(
@@ -328,6 +319,55 @@ _SOURCE_FIELDS = {
         ("query", "string", True),
     ),
 }
+# Which field of each connector's block holds the first part of a table's name (``DB.TABLE``):
+# Debezium's MySQL connector calls it the database, its PostgreSQL connector the schema.
+_NAMESPACE_FIELD = {"mysql": "db", "postgresql": "schema"}
+
+
+def _block_template(
+    connector: str, name: str, namespace: str, table: str, described: dict[str, Any]
+) -> dict[str, Any]:
+    """A table's source block before an event fills it in: every field of the connector's
+    block (None unless known), its naming fields, and the constant ``fields`` the source
+    kind declared (``source_info(url)["debezium"]``, e.g. MySQL's ``server_id``)."""
+    block: dict[str, Any] = dict.fromkeys(f["field"] for f in _SOURCE_FIELDS[connector])
+    block.update(version=VERSION, connector=connector, name=name, table=table)
+    block[_NAMESPACE_FIELD[connector]] = namespace
+    fields = described.get("fields") or {}
+    block.update((k, v) for k, v in fields.items() if k in block)
+    return block
+
+
+@dataclass(frozen=True, slots=True)
+class _Position:
+    """A source-block field an event's SCN gives, as the source kind declared it
+    (``source_info(url)["debezium"]["position"]``: field -> ``shift``, ``mask``, ``format``):
+    ``(scn >> shift) & mask``, through ``format`` (``str.format``) when given. How an SCN is
+    made is the kind's knowledge (MySQL: file number and offset; PostgreSQL: the LSN itself);
+    this only follows the recipe."""
+
+    field: str
+    shift: int = 0
+    mask: int | None = None
+    format: str | None = None
+
+    @classmethod
+    def of(cls, field: str, spec: dict[str, Any]) -> _Position:
+        mask, fmt = spec.get("mask"), spec.get("format")
+        return cls(
+            field,
+            int(spec.get("shift", 0)),
+            None if mask is None else int(mask),
+            None if fmt is None else str(fmt),
+        )
+
+    def value(self, scn: int) -> int | str:
+        number = scn >> self.shift
+        if self.mask is not None:
+            number &= self.mask
+        return number if self.format is None else self.format.format(number)
+
+
 _TX_FIELDS = [
     {"type": "string", "optional": False, "field": "id"},
     {"type": "int64", "optional": False, "field": "total_order"},

@@ -414,6 +414,9 @@ def _mysql_field(col: Column, c: _Conventions) -> Field:
     return Field(str, {"type": "string"})  # strings, JSON (MariaDB's is text), UUID, INET6
 
 
+# Keyed by Debezium's connector names, which are Debezium's vocabulary (what its events say in
+# ``source.connector``), not Sluice's source kinds: a kind says in ``source_info`` which
+# connector's conventions its events follow (``mysql://`` and ``mariadb://`` both "mysql").
 _CONNECTORS: dict[str, Callable[[Column, _Conventions], Field]] = {
     "postgresql": _pg_field,
     "mysql": _mysql_field,

@@ -64,8 +64,10 @@ def check_template(template: str, what: str = "route") -> str:
 
 def origin_of(source_info: Mapping[str, Any]) -> str:
     """A short, stable name of the physical source (the relay's ``/sources`` block): part of
-    every message id, so two sources' SCNs never collide in one target."""
-    text = json.dumps(dict(source_info), sort_keys=True, default=str)
+    every message id, so two sources' SCNs never collide in one target. How formats render
+    the source (``debezium``) is not who it is, and is left out: origins stay as they were."""
+    identity = {k: v for k, v in source_info.items() if k != "debezium"}
+    text = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

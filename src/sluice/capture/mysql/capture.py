@@ -30,7 +30,14 @@ from sluice.capture.mysql.metadata import (
     column_info,
     end_scn,
 )
-from sluice.capture.mysql.scn import log_name, make_scn, scn_file_no, scn_position, split_log_name
+from sluice.capture.mysql.scn import (
+    debezium_position,
+    log_name,
+    make_scn,
+    scn_file_no,
+    scn_position,
+    split_log_name,
+)
 from sluice.capture.mysql.tables import TableDecoder
 from sluice.capture.mysql.url import parse_source_url
 from sluice.capture.seeding import Seeder
@@ -95,22 +102,39 @@ def seed_jars() -> tuple[str, ...]:
 def source_info(url: str) -> dict[str, Any]:
     """What event formats name the source by (Debezium's ``source`` block): its server id and
     binlog base name, asked once (without them the block says 0 and ``binlog``)."""
-    info: dict[str, Any] = {"connector": "mysql"}
+    server_id: int | None = None
+    log_base: str | None = None
     try:
         conn = parse_source_url(url).params().connect()
     except (pymysql.err.MySQLError, SluiceError, OSError):
-        return info
+        return described_source(server_id, log_base)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT @@server_id")
-            info["server_id"] = int(cur.fetchone()[0])
+            server_id = int(cur.fetchone()[0])
         row = binlog_status(conn)  # SHOW BINARY LOG STATUS where MySQL 8.4 dropped MASTER
         if row:
-            info["log_base"] = split_log_name(str(row[0]))[0]
+            log_base = split_log_name(str(row[0]))[0]
     except (pymysql.err.MySQLError, SluiceError):
         pass
     finally:
         conn.close()
+    return described_source(server_id, log_base)
+
+
+def described_source(server_id: int | None, log_base: str | None) -> dict[str, Any]:
+    """``source_info`` of a server with this id and binlog base name (None: unknown): events
+    take Debezium's MySQL connector's form, the block's ``server_id`` and binlog position
+    declared under ``debezium`` (``schemas/debezium.py`` follows it)."""
+    info: dict[str, Any] = {"connector": "mysql"}
+    if server_id is not None:
+        info["server_id"] = server_id
+    if log_base is not None:
+        info["log_base"] = log_base
+    info["debezium"] = {
+        "fields": {"server_id": server_id or 0, "row": 0},
+        "position": debezium_position(log_base or "binlog"),
+    }
     return info
 
 

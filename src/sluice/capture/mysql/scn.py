@@ -4,6 +4,7 @@ commit event, so SCNs order as the binlog does."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sluice.errors import ConfigError
 
@@ -38,3 +39,14 @@ def log_name(base: str, file_no: int) -> str:
 
 def scn_of_log(name: str, position: int) -> int:
     return make_scn(split_log_name(name)[1], position)
+
+
+def debezium_position(base: str) -> dict[str, dict[str, Any]]:
+    """How Debezium's MySQL source block spells an SCN, declared for ``schemas/debezium.py``
+    (which knows no SCN layout): ``file``, the binlog file's name (``log_name``), and ``pos``,
+    the offset in it; each field as ``(scn >> shift) & mask`` through ``format``."""
+    literal = base.replace("{", "{{").replace("}", "}}")
+    return {
+        "file": {"shift": 32, "format": literal + ".{:06d}"},
+        "pos": {"mask": _POS_MASK},
+    }

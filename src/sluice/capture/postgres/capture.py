@@ -89,7 +89,18 @@ def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
 
 def source_info(url: str) -> dict[str, Any]:
     """What event formats name the source by (Debezium's ``source`` block)."""
-    return {"connector": "postgresql", "db": parse_pg_url(url).dbname}
+    return described_source(parse_pg_url(url).dbname)
+
+
+def described_source(dbname: str) -> dict[str, Any]:
+    """``source_info`` of database ``dbname``: events take Debezium's PostgreSQL connector's
+    form, the block's ``db`` and ``lsn`` (the SCN is the commit's LSN) declared under
+    ``debezium`` (``schemas/debezium.py`` follows it)."""
+    return {
+        "connector": "postgresql",
+        "db": dbname,
+        "debezium": {"fields": {"db": dbname}, "position": {"lsn": {}}},
+    }
 
 
 def describe(url: str, source: str) -> TableSchema:
