@@ -93,7 +93,10 @@ class CaptureSettings:
     # hand an open transaction over in parts of about this many bytes (``CapturedWindow``)
     part_bytes: int | None = None
     on_decode_error: str = "stop_source"
-    server_id: int | None = None  # MySQL: the binlog dump's server id
+    # A second, short-lived reader of a range the relay already captured (its cold reads): a
+    # kind whose reader the server knows by an identity (MySQL's binlog dump server id) takes
+    # one of its own, so the relay's reader keeps running.
+    cold: bool = False
     # per-table settings (``[tables."DB.T"]``), for kinds that take them (query sources)
     table_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     state_dir: Path | None = None  # where a kind may keep its own state (the relay's data dir)

@@ -36,8 +36,9 @@ class ColdRead:
         self._queue: Handoff[CapturedWindow | SluiceError] = Handoff(loop, 64)
         self._closed = False
         self.reached = False
-        # Its own binlog dump id (None: a random one): the relay's own dump keeps running.
-        settings = replace(relay.capture_settings(self._sink), on_fatal=self._fatal, server_id=None)
+        # ``cold``: the kind gives this reader an identity of its own (a binlog dump id), so
+        # the relay's own reader keeps running.
+        settings = replace(relay.capture_settings(self._sink), on_fatal=self._fatal, cold=True)
         self._capture = open_capture(relay.config.source.get_secret_value(), settings)
 
     def _sink(self, window: CapturedWindow) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 
@@ -11,11 +13,13 @@ from sluice.core.names import canonical_source
 from sluice.errors import ConfigError
 from sluice.settings import SluiceSettings
 
+log = logging.getLogger(__name__)
+
 
 class RelayConfig(SluiceSettings):
     """``sluice relay`` settings: TOML file keys are these field names."""
 
-    source: SecretStr = Field(description="mysql://USER[:PASSWORD]@HOST:PORT")
+    source: SecretStr = Field(description="mysql://USER[:PASSWORD]@HOST:PORT[?server_id=N]")
     tables: list[str] = Field(min_length=1, description="captured tables, DB.TABLE")
     # Per-table settings of sources that take them (query sources): ``[tables."DB.T"]`` in
     # the TOML file, which then also names the tables.
@@ -36,7 +40,6 @@ class RelayConfig(SluiceSettings):
     # evicted to make room; a single transaction bigger than this stops capture with an
     # error naming the setting.
     window_files_bytes: int | None = Field(default=None, ge=64 * 1024)
-    server_id: int | None = Field(default=None, ge=1, le=2**32 - 1)
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     long_poll_ms: int = Field(default=10_000, ge=0, le=300_000)
     capture_queue: int = Field(default=256, ge=1)
@@ -51,6 +54,28 @@ class RelayConfig(SluiceSettings):
     header_timeout_s: float = Field(default=10.0, gt=0, le=300)
     # A row capture cannot decode: stop capturing its table (the others go on), or skip it.
     on_decode_error: Literal["stop_source", "skip"] = "stop_source"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _server_id_moved(cls, data: Any) -> Any:
+        """``server_id`` was a relay setting; it is the MySQL source URL's now
+        (``mysql://USER@HOST:PORT?server_id=N``). An older file's key is moved there."""
+        if not isinstance(data, dict) or "server_id" not in data:
+            return data
+        data = dict(data)
+        server_id, source = data.pop("server_id"), data.get("source")
+        if server_id is None or source is None:
+            return data
+        url = source.get_secret_value() if isinstance(source, SecretStr) else str(source)
+        query = urlsplit(url).query
+        if "server_id" not in parse_qs(query):
+            data["source"] = f"{url}{'&' if query else '?'}server_id={int(server_id)}"
+        log.warning(
+            "the relay setting server_id is deprecated: give it in the source URL "
+            "(mysql://USER@HOST:PORT?server_id=%s)",
+            server_id,
+        )
+        return data
 
     @model_validator(mode="before")
     @classmethod

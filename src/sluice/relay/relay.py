@@ -169,7 +169,6 @@ class Relay(Observed, AsyncComponent):
             on_fatal=self._on_fatal,
             part_bytes=min(PART_BYTES, self._store.buffer.capacity // 8),
             on_decode_error=self.config.on_decode_error,
-            server_id=self.config.server_id,
             table_options=self.config.table_options,
             state_dir=self.config.data_dir,
         )

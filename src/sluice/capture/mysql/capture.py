@@ -139,13 +139,15 @@ def described_source(server_id: int | None, log_base: str | None) -> dict[str, A
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
-    """The ``CaptureSource`` of a ``mysql://`` or ``mariadb://`` URL."""
+    """The ``CaptureSource`` of a ``mysql://`` or ``mariadb://`` URL; a cold read's binlog
+    dump takes a random server id (the relay's own, the URL's ``server_id``, keeps running)."""
+    parsed = parse_source_url(url)
     return MySQLCapture(
-        parse_source_url(url).params(),
+        parsed.params(),
         settings.tables,
         settings.registry,
         settings.sink,
-        server_id=settings.server_id,
+        server_id=None if settings.cold else parsed.server_id,
         on_fatal=settings.on_fatal,
         part_bytes=settings.part_bytes,
         on_decode_error=settings.on_decode_error,
