@@ -124,6 +124,11 @@ def test_the_log_is_read_alike_by_spark_and_pyarrow_and_resumes_exactly(
     assert view.files == committed_files(store)
     assert view.max_scn == max(scn for scn, *_ in expected)
     assert SinkLog(store).last_batch() == first.batches + third.batches - 1
+    # fewer batches than a folder takes (logparts.BUCKET_BATCHES): the restarted writers went
+    # on in the first writer's folder, named by the SCN the log starts after
+    for source in SOURCES:
+        folders = [p.name for p in Path(store.path("log", f"source={source}")).iterdir()]
+        assert folders == [f"after_scn={start}"]
 
 
 def _log_events(spark: Any, store: BootstrapStore) -> Counter[tuple[Any, ...]]:
@@ -201,7 +206,7 @@ def test_no_reader_sees_a_part_file_before_its_batch_is_committed(
     start = int(get_json(f"{service.url}/stats")["max_scn"])
     store = BootstrapStore(str(tmp_path / "store"))
     store.create(start, SOURCES, new_source_start=start)
-    folder = Path(store.path("log", "source=lw.kv", "log_file=1"))
+    folder = Path(store.path("log", "source=lw.kv", f"after_scn={start}"))
     folder.mkdir(parents=True)
     (folder / "part-00000-000-cut.c000.snappy.parquet").write_bytes(b"PAR1 cut short")
     assert not store.has_log() and read_log(spark, store) is None

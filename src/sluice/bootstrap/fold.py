@@ -26,13 +26,15 @@ from typing import Any
 from pyspark.sql import Column, Window
 from pyspark.sql import functions as F  # noqa: N812
 
+from sluice.bootstrap import logparts
+from sluice.bootstrap.reader import log_buckets
 from sluice.bootstrap.seed.records import Seeded, SeedRecords
 from sluice.bootstrap.store import BootstrapStore, Gap, StoreMeta, gaps_after, partition_dir
 from sluice.errors import ConfigError
 from sluice.spark.rows import GENERIC_DDL, RAW_DDL
 
 log = logging.getLogger(__name__)
-LOG_DDL = GENERIC_DDL + RAW_DDL + ", log_file long"
+LOG_DDL = GENERIC_DDL + RAW_DDL + f", {logparts.COLUMN} long"
 # The payload is the row (Avro, its schema version's); no JSON copy of it is kept: the server
 # and the Spark source decode payloads, and `reader.snapshot_rows` does for direct readers.
 SNAPSHOT_COLUMNS = ("source", "key", "key_hash", "scn", "seq", "schema_version", "payload")
@@ -62,9 +64,11 @@ def fold(spark: Any, store: BootstrapStore, *, full: bool = False) -> int | None
 
 
 def read_log(spark: Any, store: BootstrapStore) -> Any:
-    """The committed log as a DataFrame (None before the first commit)."""
+    """The committed log as a DataFrame (None before the first commit); a log in the old
+    layout is refused."""
     if not store.has_log():
         return None
+    log_buckets(store)
     return spark.read.schema(LOG_DDL).parquet(store.spark_path("log"))
 
 
@@ -131,7 +135,8 @@ def _fold(spark: Any, store: BootstrapStore, full: bool) -> int | None:
     changed = truncates = None
     adopted = dict(fresh)
     if changes is not None:
-        in_range = changes.where((F.col("scn") <= newest) & _log_window(previous, fresh))
+        window = _log_window(previous, fresh, log_buckets(store))
+        in_range = changes.where((F.col("scn") <= newest) & window)
         changed = in_range.where(F.col("key").isNotNull()).select(*SNAPSHOT_COLUMNS, "op")
         # TRUNCATE: every row of the source older than it is gone.
         truncates = (
@@ -198,15 +203,21 @@ def _max_scn(changes: Any) -> int:
     return int(newest or 0)
 
 
-def _log_window(previous: int | None, fresh: dict[str, Seeded]) -> Column:
+def _log_window(
+    previous: int | None, fresh: dict[str, Seeded], buckets: list[int] | None
+) -> Column:
     """Which logged changes the new generation needs: after the previous generation, and for
-    a freshly seeded source everything after its oldest chunk."""
+    a freshly seeded source everything after its oldest chunk. Folders of the log that hold
+    only older SCNs are not read (``logparts.first_needed``)."""
     stale = F.lit(True) if previous is None else F.col("scn") > previous
     lowest = min([previous or 0, *(r.min_scn for r in fresh.values())])
     condition = (~F.col("source").isin(list(fresh)) & stale) if fresh else stale
     for source, seeded in fresh.items():
         condition = condition | ((F.col("source") == source) & (F.col("scn") > seeded.min_scn))
-    return (F.col("log_file") >= lowest >> 32) & condition
+    first = None if buckets is None else logparts.first_needed(buckets, lowest)
+    if first is None:
+        return condition
+    return (F.col(logparts.COLUMN) >= first) & condition
 
 
 # Parquet row group size of snapshot files (Spark's default is 128 MiB).

@@ -5,11 +5,12 @@ Parquet path, on top of the Python source that decodes the windows, so the log c
 pace with Spark's own sources. Here one thread plans micro-batches with the ``sluice`` source's
 reader (the same offsets, cold reads and gap markers, no Spark session), builds each batch's
 columns (``spark/logcols.py``) and writes them with pyarrow, in the layout Spark's file sink
-writes: part files under ``source=S/log_file=F`` and their commit record in
-``_spark_metadata``. So Spark (the fold) and pyarrow (the bootstrap server) read the log as
-before, stores written by the Spark sink go on, and a part file counts only once its batch is
-committed there. A restart resumes after the highest SCN the committed files hold: windows
-after it that held no event of these sources are read again and give nothing.
+writes: part files under ``source=S/after_scn=X`` (a run of batches, ``logparts.py``) and
+their commit record in ``_spark_metadata``. So Spark (the fold) and pyarrow (the bootstrap
+server) both read the log, and a part file counts only once its batch is committed there.
+A log in the older layout (folders by binlog file) is refused, not extended. A restart
+resumes after the highest SCN the committed files hold: windows after it that held no event
+of these sources are read again and give nothing.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql.streaming.datasource import ReadMaxRows
 
+from sluice.bootstrap import logparts
 from sluice.bootstrap.reader import StoreReader, committed_files
 from sluice.bootstrap.store import BootstrapStore, dictionary_columns, partition_dir
 from sluice.errors import RelayUnavailable
@@ -111,12 +112,14 @@ class LogWriter:
         max_events: int,
         trigger_s: float,
         once: bool,
+        bucket_batches: int = logparts.BUCKET_BATCHES,
     ) -> None:
         self.store = store
         self.options = options
         self.max_events = max_events
         self.trigger_s = trigger_s
         self.once = once
+        self.bucket_batches = bucket_batches
         self.sink = SinkLog(store)
         self.error: BaseException | None = None
         self.end_scn: int | None = None  # where the last committed batch ends
@@ -127,6 +130,8 @@ class LogWriter:
         self.failing: str | None = None  # why the relay cannot be read now (None: it can)
         self._delay = RETRY_FIRST_S
         self._pending: list[str] = []  # part files of the batch being written
+        self._bucket: int | None = None  # the after_scn folder batches go into now
+        self._bucket_read = False  # whether _bucket was read from the committed log
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -186,22 +191,40 @@ class LogWriter:
         if int(end["scn"]) <= int(offset["scn"]):
             self._reachable()
             return None
+        parts = (reader.read(part) for part in reader.partitions(offset, end))
+        self.write_batch(batch, int(offset["scn"]), int(end["scn"]), parts)
+        self._reachable()
+        return {"scn": int(end["scn"]), "phase": "log"}
+
+    def write_batch(
+        self,
+        batch: int,
+        start_scn: int,
+        end_scn: int,
+        parts: Iterable[Iterable[pa.RecordBatch]],
+    ) -> None:
+        """Write and commit batch number ``batch``: the log's rows of the windows
+        ``(start_scn, end_scn]``, as the reader's partitions give them. Batches are
+        written in order, each starting where the one before ended."""
+        if not self._bucket_read:
+            self._bucket = self._newest_bucket()
+            self._bucket_read = True
         began, events = time.perf_counter(), self.events
         self._pending = []
         files: list[dict[str, Any]] = []
+        bucket = logparts.next_bucket(self._bucket, batch, start_scn, self.bucket_batches)
         try:
-            for index, part in enumerate(reader.partitions(offset, end)):
-                files += self._write(reader.read(part), batch, index)
+            for index, rows in enumerate(parts):
+                files += self._write(rows, batch, index, bucket)
         except BaseException:
             self.events = events
             self._discard()
             raise
         self.sink.commit(batch, files)
+        self._bucket = bucket
         self.batches += 1
-        self.end_scn = int(end["scn"])
+        self.end_scn = end_scn
         self.timings.append((self.events - events, time.perf_counter() - began))
-        self._reachable()
-        return {"scn": int(end["scn"]), "phase": "log"}
 
     def _discard(self) -> None:
         """Remove the part files of a batch that will not be committed (readers ignore them
@@ -243,22 +266,29 @@ class LogWriter:
         reader = StoreReader(self.store)
         return max(reader.scn_range(f)[1] for f in files)
 
+    def _newest_bucket(self) -> int | None:
+        """The committed log's newest ``after_scn`` folder: a restarted writer goes on
+        filling it (None: nothing committed yet)."""
+        if not self.store.has_log():
+            return None
+        found = (logparts.bucket_of(path) for path in committed_files(self.store))
+        return max((b for b in found if b is not None), default=None)
+
     def _write(
-        self, batches: Iterable[pa.RecordBatch], batch: int, part: int
+        self, batches: Iterable[pa.RecordBatch], batch: int, part: int, bucket: int
     ) -> list[dict[str, Any]]:
-        """One part file per (source, log_file) of a partition's events."""
-        writers: dict[tuple[str, int], tuple[str, pq.ParquetWriter]] = {}
+        """One part file per source of a partition's events, in the batch's folder."""
+        writers: dict[str, tuple[str, pq.ParquetWriter]] = {}
         try:
             for record in batches:
                 if not record.num_rows:
                     continue
                 self.events += record.num_rows
-                for (source, log_file), rows in _groups(record):
-                    key = (source, log_file)
-                    if key not in writers:
-                        writers[key] = self._open(source, log_file, batch, part, rows.schema)
-                        self._pending.append(writers[key][0])
-                    writers[key][1].write_batch(rows)
+                for source, rows in _by_source(record):
+                    if source not in writers:
+                        writers[source] = self._open(source, bucket, batch, part, rows.schema)
+                        self._pending.append(writers[source][0])
+                    writers[source][1].write_batch(rows)
         finally:
             for _path, writer in writers.values():
                 writer.close()
@@ -274,10 +304,10 @@ class LogWriter:
         return [self._entry(path) for path in finals]
 
     def _open(
-        self, source: str, log_file: int, batch: int, part: int, schema: pa.Schema
+        self, source: str, bucket: int, batch: int, part: int, schema: pa.Schema
     ) -> tuple[str, pq.ParquetWriter]:
         folder = self.store.path(
-            "log", partition_dir("source", source), partition_dir("log_file", str(log_file))
+            "log", partition_dir("source", source), partition_dir(logparts.COLUMN, str(bucket))
         )
         self.store.fs.create_dir(folder, recursive=True)
         path = f"{folder}/.part-{batch:05d}-{part:03d}-{uuid.uuid4().hex}.c000.snappy.parquet"
@@ -315,23 +345,15 @@ def _visible(hidden: str) -> str:
     return f"{folder}/{name.removeprefix('.')}"
 
 
-def _groups(record: pa.RecordBatch) -> Iterable[tuple[tuple[str, int], pa.RecordBatch]]:
-    """A batch's rows by (source, log_file), without the two partition columns."""
-    scn = record.column("scn")
+def _by_source(record: pa.RecordBatch) -> Iterable[tuple[str, pa.RecordBatch]]:
+    """A batch's rows by source, without the source column (the folder holds it)."""
     sources = record.column("source")
-    log_files = pc.shift_right(scn, 32)
     rest = record.drop_columns(["source"])
-    first_source, first_file = sources[0].as_py(), log_files[0].as_py()
-    if (
-        pc.all(pc.equal(sources, first_source)).as_py()
-        and pc.all(pc.equal(log_files, first_file)).as_py()
-    ):
-        yield (first_source, first_file), rest  # the usual case: one table, one binlog file
+    first = sources[0].as_py()
+    if pc.all(pc.equal(sources, first)).as_py():
+        yield first, rest  # the usual case: one table
         return
     encoded = sources.dictionary_encode()
-    names = encoded.dictionary.to_pylist()
-    files = log_files.to_numpy()
-    group = files * len(names) + encoded.indices.to_numpy().astype(np.int64)
-    for code in np.unique(group):
-        mask = pa.array(group == code)
-        yield (names[int(code) % len(names)], int(code) // len(names)), rest.filter(mask)
+    for code, name in enumerate(encoded.dictionary.to_pylist()):
+        mask = pc.equal(encoded.indices, pa.scalar(code, encoded.indices.type))
+        yield name, rest.filter(mask)

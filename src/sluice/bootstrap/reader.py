@@ -15,6 +15,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from sluice.bootstrap import logparts
 from sluice.bootstrap.store import (
     GENERATION_SHIFT,
     ROW_MASK,
@@ -33,7 +34,7 @@ _SERVED_COLUMNS = ("key_hash", "schema_version", "payload")
 # Rows per Parquet batch a snapshot read holds (the fold writes small row groups too).
 SNAPSHOT_BATCH = 4096
 _PARTITIONING = ds.partitioning(
-    pa.schema([("source", pa.string()), ("log_file", pa.int64())]), flavor="hive"
+    pa.schema([("source", pa.string()), (logparts.COLUMN, pa.int64())]), flavor="hive"
 )
 
 
@@ -47,7 +48,8 @@ def _fs_path(store: BootstrapStore, uri: str) -> str:
 
 
 def committed_files(store: BootstrapStore) -> list[str]:
-    """The log's part files that Spark's file sink committed (``_spark_metadata``)."""
+    """The log's part files that Spark's file sink committed (``_spark_metadata``); a log in
+    the old layout is refused (``logparts.check_layout``)."""
     meta_dir = store.path("log", "_spark_metadata")
     entries = store.fs.get_file_info(pafs.FileSelector(meta_dir, allow_not_found=True))
     batches = {}
@@ -67,7 +69,20 @@ def committed_files(store: BootstrapStore) -> list[str]:
             entry = json.loads(line)
             path = _fs_path(store, entry["path"])
             files[path] = entry.get("action", "add") == "add"
-    return sorted(p for p, added in files.items() if added)
+    committed = sorted(p for p, added in files.items() if added)
+    logparts.check_layout(store.uri, committed)
+    return committed
+
+
+def log_buckets(store: BootstrapStore) -> list[int] | None:
+    """The ``after_scn`` folders the committed log has files in, in order (None: a file
+    outside them, so folders cannot tell where SCNs are; empty: no log yet)."""
+    if not store.has_log():
+        return []
+    buckets = [logparts.bucket_of(path) for path in committed_files(store)]
+    if any(b is None for b in buckets):
+        return None
+    return sorted({b for b in buckets if b is not None})
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,8 @@ class StoreReader:
     def __init__(self, store: BootstrapStore) -> None:
         self.store = store
         self.meta = store.meta()
+        if store.has_log():
+            committed_files(store)  # refuses a log in the old layout before serving anything
         self.registry = SchemaRegistry()
         self._lock = threading.Lock()
         self._view: _LogView | None = None

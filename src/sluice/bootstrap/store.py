@@ -3,7 +3,8 @@
 STORE/sluice-store.json      marker + where the log starts (log_start_scn)
 STORE/log/                   the change log: Parquet in Spark's file-sink layout (written by
                              bootstrap/logwriter.py, committed in log/_spark_metadata),
-                             partitioned by source and log_file (= SCN >> 32)
+                             partitioned by source and after_scn (runs of the writer's
+                             batches: bootstrap/logparts.py)
 STORE/checkpoints/log/       stores made before the log writer: the Spark query's checkpoint
 STORE/snapshots/scn=N/       one snapshot generation, consistent at SCN N for every source,
                              partitioned by source
