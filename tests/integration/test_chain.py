@@ -176,11 +176,10 @@ def test_a_relay_behind_its_upstreams_buffer_reads_it_cold_from_the_upstream(
         top.stop()
 
 
-def test_a_relay_that_fell_out_of_its_upstreams_buffer_says_so(tmp_path: Path) -> None:
-    """An upstream that cannot read its source again (a query source): the chained relay
-    stops capturing, says why in /healthz and its log, and names the fix."""
-    path = tmp_path / "app.db"
-    db = sqlite3.connect(path)
+def _sqlite_relay(tmp_path: Path) -> tuple[sqlite3.Connection, RelayProcess]:
+    """A SQLite table and a relay polling it every 50 ms into a 64 KiB buffer (a query
+    source: it cannot read the past again)."""
+    db = sqlite3.connect(tmp_path / "app.db")
     db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT, updated_at INTEGER)")
     db.commit()
     config = tmp_path / "relay.toml"
@@ -190,24 +189,36 @@ def test_a_relay_that_fell_out_of_its_upstreams_buffer_says_so(tmp_path: Path) -
     )
     top = RelayProcess(
         [
-            *_args(f"query+sqlite:///{path}", [], tmp_path / "a", 0),
+            *_args(f"query+sqlite:///{tmp_path / 'app.db'}", [], tmp_path / "a", 0),
             *("--config", str(config), "--buffer-size", str(64 * 1024)),
         ],
         tmp_path / "a.log",
     ).start()
+    return db, top
+
+
+def _insert_window(db: sqlite3.Connection, relay_url: str, batch: int) -> None:
+    """50 rows of ~130 bytes, and the poll that makes them a window."""
+    seen = _max_scn(relay_url)
+    db.executemany(
+        "INSERT INTO t (v, updated_at) VALUES (?, ?)",
+        [("x" * 100, batch * 100 + i) for i in range(50)],
+    )
+    db.commit()
+    wait_for(lambda: _max_scn(relay_url) > seen, 30, "the upstream to poll")
+
+
+def test_a_relay_that_fell_out_of_its_upstreams_buffer_says_so(tmp_path: Path) -> None:
+    """An upstream that cannot read its source again (a query source): the chained relay
+    stops capturing, says why in /healthz and its log, and names the fix."""
+    db, top = _sqlite_relay(tmp_path)
     args = _args(top.url.replace("http", "sluice"), ["main.t"], tmp_path / "b", 0)
     chained = RelayProcess(args, tmp_path / "b.log").start()
     start = _max_scn(chained.url)
     chained.stop()
     try:
         for batch in range(40):  # 40 windows of 50 rows of ~130 bytes: the buffer wraps
-            seen = _max_scn(top.url)
-            db.executemany(
-                "INSERT INTO t (v, updated_at) VALUES (?, ?)",
-                [("x" * 100, batch * 100 + i) for i in range(50)],
-            )
-            db.commit()
-            wait_for(lambda s=seen: _max_scn(top.url) > s, 30, "the upstream to poll")
+            _insert_window(db, top.url, batch)
         status, _ = http_status(f"{top.url}/stream?since_scn={start}&timeout_ms=0")
         assert status == 410, "the upstream's buffer did not wrap"
         chained = RelayProcess(args, tmp_path / "b.log").start()
@@ -252,3 +263,50 @@ def test_a_chain_to_nothing_or_to_a_table_the_upstream_lacks_is_one_clear_line(
         assert result.returncode != 0 and "port is not a number" in result.stderr
     finally:
         top.stop()
+
+
+def test_a_relay_out_of_its_upstreams_buffer_reads_the_gap_from_a_bootstrap_log(
+    tmp_path: Path, spark: Any
+) -> None:
+    """The upstream cannot read its source again; the bootstrap job kept up with it: the
+    chained relay reads the range it missed from the bootstrap server's log, then goes on
+    from the upstream, and its consumers see every change."""
+    from sluice.bootstrap.job import BootstrapJob, JobConfig
+    from sluice.bootstrap.server import BootstrapServer
+    from sluice.testing import ServiceThread
+
+    db, top = _sqlite_relay(tmp_path)
+    _insert_window(db, top.url, 100)  # SCN 0 would mean "from a snapshot" to the job
+    job = JobConfig(
+        (top.url,), ("main.t",), str(tmp_path / "s"), once=True, since_scn=_max_scn(top.url)
+    )
+    BootstrapJob(job, spark).run()
+    args = _args(top.url.replace("http", "sluice"), ["main.t"], tmp_path / "b", 0)
+    chained = RelayProcess(args, tmp_path / "b.log").start()
+    start = _max_scn(chained.url)
+    chained.stop()
+    try:
+        for round_ in range(3):  # each round fits the upstream's buffer; all together do not
+            for batch in range(6):
+                _insert_window(db, top.url, round_ * 6 + batch)
+            BootstrapJob(job, spark).run()
+        status, _ = http_status(f"{top.url}/stream?since_scn={start}&timeout_ms=0")
+        assert status == 410, "the upstream's buffer did not wrap"
+        with ServiceThread(BootstrapServer(job.store, port=0)) as server:
+            with_log = args[:]
+            with_log[1] = f"{args[1]}?bootstrap={server.url}"
+            chained = RelayProcess(with_log, tmp_path / "b.log").start()
+            _insert_window(db, top.url, 99)  # and a change after the gap
+            newest = _max_scn(top.url)
+            wait_for(lambda: _max_scn(chained.url) >= newest, 60, "the chained relay to catch up")
+        details = get_json(chained.url + "/stats")["capture"]["source"]
+        assert details["bootstrap_reads"] >= 1
+        replica = ReplicaConsumer()
+        consume(chained.url, replica, since_scn=start)
+        rows = replica.snapshot("main.t")
+        assert sorted(rows) == sorted(f'{{"id":{i}}}' for i in range(51, 20 * 50 + 1))
+        assert http_status(chained.url + "/healthz")[0] == 200
+    finally:
+        chained.stop()
+        top.stop()
+        db.close()
