@@ -1,5 +1,6 @@
 """The conformance suite: one set of behaviours every source kind passes against its real
-server (MariaDB through the binlog, PostgreSQL through logical replication).
+server (MariaDB through the binlog, PostgreSQL through logical replication), and a chained
+relay (``sluice://``) reading a relay of either: the relay the test kills is the chained one.
 
 Each kind is an adapter: how to make a table, run SQL, read the truth, and point a relay at it.
 """
@@ -27,6 +28,8 @@ class Kind:
     url: str
     namespace: str  # MySQL database or PostgreSQL schema holding the tables
     end: Any  # conn -> the server's current end, as an SCN capture will reach
+    chained: bool = False  # the relay under test reads a relay of the database (sluice://)
+    upstream: RelayProcess | None = None
 
     def run(self, *statements: str) -> None:
         with self.conn.cursor() as cur:
@@ -51,23 +54,39 @@ def _pg_end(conn: Any) -> int:
         return int(cur.fetchone()[0])
 
 
-@pytest.fixture(params=["mariadb", "postgresql"])
+@pytest.fixture(params=["mariadb", "postgresql", "chained-mariadb", "chained-postgresql"])
 def kind(
     request: pytest.FixtureRequest, mariadb: PrivateMariaDB, postgres: PrivatePostgres
 ) -> Iterator[Kind]:
-    if request.param == "mariadb":
+    name = request.param
+    if name.endswith("mariadb"):
         database = request.getfixturevalue("database")
         conn = mariadb.connect(database)
-        yield Kind("mariadb", conn, mariadb.url, database, end_scn)
+        found = Kind(name, conn, mariadb.url, database, end_scn)
     else:
         database = request.getfixturevalue("pg_database")
         conn = postgres.connect(database)
-        yield Kind("postgresql", conn, postgres.source_url(database), "public", _pg_end)
+        found = Kind(name, conn, postgres.source_url(database), "public", _pg_end)
+    found.chained = name.startswith("chained")
+    yield found
+    if found.upstream is not None:
+        found.upstream.kill()
     conn.close()
 
 
 def _relay(kind: Kind, tables: list[str], data: Path, log: Path) -> RelayProcess:
-    args = ["--source", kind.url, "--port", "0", "--data-dir", str(data)]
+    source = kind.url
+    if kind.chained:
+        if kind.upstream is None:  # started once; the test kills and restarts the chained one
+            kind.upstream = _start(
+                kind.url, kind, tables, data.parent / "up", log.parent / "up.log"
+            )
+        source = kind.upstream.url.replace("http://", "sluice://")
+    return _start(source, kind, tables, data, log)
+
+
+def _start(source: str, kind: Kind, tables: list[str], data: Path, log: Path) -> RelayProcess:
+    args = ["--source", source, "--port", "0", "--data-dir", str(data)]
     for table in tables:
         args += ["--table", kind.source(table)]
     return RelayProcess(args, log).start()
@@ -75,11 +94,19 @@ def _relay(kind: Kind, tables: list[str], data: Path, log: Path) -> RelayProcess
 
 def _caught_up(relay: RelayProcess, kind: Kind) -> None:
     target = kind.end(kind.conn)
+    first = kind.upstream or relay
     wait_for(
-        lambda: get_json(relay.url + "/stats")["capture"]["last_scn"] >= target,
+        lambda: get_json(first.url + "/stats")["capture"]["last_scn"] >= target,
         60,
         f"{kind.name} capture to reach {target}",
     )
+    if kind.upstream is not None:
+        newest = get_json(kind.upstream.url + "/stats")["max_scn"]
+        wait_for(
+            lambda: get_json(relay.url + "/stats")["max_scn"] >= newest,
+            60,
+            f"the chained relay to reach {newest}",
+        )
 
 
 def test_changes_transactions_ddl_truncate_and_a_killed_relay(kind: Kind, tmp_path: Path) -> None:
