@@ -23,7 +23,8 @@ def add_parser(sub: Any) -> None:
         "--source",
         help="mysql://USER[:PASSWORD]@HOST:PORT, postgresql://USER[:PASSWORD]@HOST:PORT/DB"
         "[?slot=NAME&publication=NAME], or a query source: query+sqlite:///PATH, "
-        'query+postgresql://..., query+mysql://... with [tables."..."] settings in --config '
+        'query+postgresql://..., query+mysql://... with [tables."..."] settings in --config, '
+        "or other relays: sluice://HOST:PORT[,sluice://HOST:PORT][?bootstrap=http://HOST:PORT] "
         "(password may also come from SLUICE_SOURCE_PASSWORD)",
     )
     p.add_argument(
