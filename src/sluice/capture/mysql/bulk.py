@@ -20,7 +20,7 @@ from typing import Any
 from pymysql.converters import escape_item
 
 from sluice.capture.mysql.binlog.protocol import ConnectParams
-from sluice.capture.mysql.seed import range_condition
+from sluice.capture.mysql.ranges import range_condition
 from sluice.capture.seeding import JdbcChunks, KeyRange
 from sluice.core.names import split_source
 from sluice.errors import SourceSetupError

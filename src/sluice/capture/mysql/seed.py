@@ -21,8 +21,10 @@ import pymysql.cursors
 
 from sluice.capture.mysql.binlog.protocol import ConnectParams
 from sluice.capture.mysql.binlog.values import days_since_epoch, shortest_float32
+from sluice.capture.mysql.bulk import jdbc_chunks
 from sluice.capture.mysql.describe import describe_table
 from sluice.capture.mysql.metadata import end_scn
+from sluice.capture.mysql.ranges import q, range_condition, table_ref
 from sluice.capture.mysql.scn import scn_of_log
 from sluice.capture.seeding import (
     ChunkRead,
@@ -48,16 +50,6 @@ RANGE_KINDS = frozenset(
     | {"year", "uuid", "inet6"}
 )
 _TRANSACTIONAL = {"INNODB", "ROCKSDB", "TOKUDB", "ARIA"}  # Aria only when TRANSACTIONAL=1
-
-
-def q(name: str) -> str:
-    """A quoted identifier for a query run with arguments (``%`` doubled for PyMySQL)."""
-    return "`" + name.replace("`", "``").replace("%", "%%") + "`"
-
-
-def table_ref(source: str) -> str:
-    schema, table = split_source(source)
-    return f"{q(schema)}.{q(table)}"
 
 
 def describe_for_seed(conn: pymysql.Connection[Any], source: str) -> TableSchema:
@@ -98,36 +90,6 @@ def check_condition(conn: pymysql.Connection[Any], source: str, where: str) -> N
 def can_split(schema: TableSchema) -> bool:
     kinds = {c.name: c.kind for c in schema.columns}
     return all(kinds[name] in RANGE_KINDS for name in schema.primary_key)
-
-
-def _after(columns: Sequence[str], strict: bool) -> str:
-    """``(a,b,c) > (%s,%s,%s)`` (or ``<=``) spelled out so the optimizer uses a range scan."""
-    parts = []
-    for i, name in enumerate(columns):
-        last = i == len(columns) - 1
-        op = (">" if strict else "<=") if last else (">" if strict else "<")
-        eqs = [f"{q(c)} = %s" for c in columns[:i]]
-        parts.append("(" + " AND ".join([*eqs, f"{q(name)} {op} %s"]) + ")")
-    return "(" + " OR ".join(parts) + ")"
-
-
-def _bound_args(values: tuple[Any, ...]) -> list[Any]:
-    args: list[Any] = []
-    for i in range(len(values)):
-        args += [*values[:i], values[i]]
-    return args
-
-
-def range_condition(key: Sequence[str], bounds: KeyRange) -> tuple[str, list[Any]]:
-    """The WHERE clause (and its bound arguments) of a key range."""
-    clauses, args = [], []
-    if bounds.lower is not None:
-        clauses.append(_after(key, strict=True))
-        args += _bound_args(bounds.lower)
-    if bounds.upper is not None:
-        clauses.append(_after(key, strict=False))
-        args += _bound_args(bounds.upper)
-    return " AND ".join(clauses) or "TRUE", args
 
 
 def plan_ranges(
@@ -423,8 +385,6 @@ class MySQLSeeder:
     def jdbc_chunks(
         self, schema: TableSchema, ranges: Sequence[KeyRange], where: str | None
     ) -> JdbcChunks | None:
-        from sluice.capture.mysql.bulk import jdbc_chunks  # noqa: PLC0415 - it imports this
-
         return jdbc_chunks(self.params, schema, ranges, where)
 
     def close(self) -> None:

@@ -14,12 +14,13 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from sluice.capture.query.dialect import Dialect
 from sluice.capture.query.journal import JOURNAL, Journal
 from sluice.capture.query.options import TableOptions, parse_options
 from sluice.capture.query.poll import Page, TablePoller, check_columns
+from sluice.capture.query.seed import QuerySeeder
+from sluice.capture.query.url import dialect_of, parse_query_url
 from sluice.capture.seeding import Seeder
 from sluice.capture.source import (
     CapturedWindow,
@@ -43,56 +44,9 @@ log = logging.getLogger(__name__)
 TAKES_TABLE_OPTIONS = True  # [tables."..."] settings (source.open_capture checks)
 _SKIPS_REMEMBERED = 1000  # per table: skipped rows whose ERROR line is not repeated
 _PING_S = 1.0  # the longest the poll thread sleeps: health needs a word from the database
-_HINT = (
-    "expected query+sqlite:///relative/app.db, query+sqlite:////absolute/app.db, "
-    "query+postgresql://USER@HOST:PORT/DB or query+mysql://USER@HOST:PORT"
-)
 
 
-@dataclass(frozen=True, slots=True)
-class QueryUrl:
-    kind: str  # sqlite | postgresql | mysql
-    target: str  # the SQLite path, or the inner database URL (password included)
-
-    def __repr__(self) -> str:
-        return f"QueryUrl({self.kind})"
-
-
-def parse_url(url: str) -> QueryUrl:
-    scheme, _, rest = url.partition("://")
-    inner = scheme.lower().removeprefix("query+")
-    if not scheme.lower().startswith("query+") or not rest:
-        raise ConfigError(f"bad query source URL; {_HINT}")
-    if inner == "sqlite":
-        parts = urlsplit("sqlite://" + rest)
-        if parts.netloc or len(parts.path) < 2:
-            raise ConfigError(f"bad SQLite URL (three slashes, then the path); {_HINT}")
-        return QueryUrl("sqlite", parts.path[1:])
-    if inner in ("postgresql", "postgres"):
-        from sluice.capture.postgres.setup import parse_pg_url  # noqa: PLC0415
-
-        parse_pg_url("postgresql://" + rest)
-        return QueryUrl("postgresql", "postgresql://" + rest)
-    if inner in ("mysql", "mariadb"):
-        from sluice.capture.mysql.url import parse_source_url  # noqa: PLC0415
-
-        parse_source_url("mysql://" + rest)
-        return QueryUrl("mysql", "mysql://" + rest)
-    raise ConfigError(f"unknown query source {scheme!r}; {_HINT}")
-
-
-def dialect_of(parsed: QueryUrl) -> Dialect:
-    if parsed.kind == "sqlite":
-        from sluice.capture.query.sqlite import SqliteDialect  # noqa: PLC0415
-
-        return SqliteDialect(parsed.target)
-    if parsed.kind == "postgresql":
-        from sluice.capture.query.postgres import PgDialect  # noqa: PLC0415
-
-        return PgDialect(parsed.target)
-    from sluice.capture.query.mysql import MySQLDialect  # noqa: PLC0415
-
-    return MySQLDialect(parsed.target)
+parse_url = parse_query_url
 
 
 def describe(url: str, source: str) -> TableSchema:
@@ -106,8 +60,6 @@ def describe(url: str, source: str) -> TableSchema:
 
 def open_seeder(url: str) -> Seeder:
     """Chunks stamped with the time their read began (``seed.py``)."""
-    from sluice.capture.query.seed import QuerySeeder  # noqa: PLC0415 - only seeding needs it
-
     return QuerySeeder(url, dialect_of(parse_url(url)))
 
 

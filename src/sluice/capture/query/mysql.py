@@ -13,13 +13,12 @@ import pymysql
 import pymysql.cursors
 
 from sluice.capture.mysql.describe import describe_table
+from sluice.capture.mysql.ranges import q, table_ref
 from sluice.capture.mysql.seed import (
     _CONVERT,
     _select_expr,
     execute_select,
-    q,
     row_parser,
-    table_ref,
 )
 from sluice.capture.mysql.url import parse_source_url
 from sluice.capture.query.dialect import Row, Select, Unconverted

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluice.capture.query.dialect import Dialect, Select, Unconverted
+from sluice.capture.query.url import dialect_of, parse_query_url
 from sluice.capture.seeding import ChunkRead, JdbcChunks, KeyRange, keyless, seek_ranges
 from sluice.errors import SourceError, SourceSetupError, first_line
 from sluice.schemas import TableSchema
@@ -54,9 +55,7 @@ class QueryChunkReader:
     url: str
 
     def read(self, schema: TableSchema, bounds: KeyRange, where: str | None) -> ChunkRead:
-        from sluice.capture.query.capture import dialect_of, parse_url  # noqa: PLC0415
-
-        dialect = dialect_of(parse_url(self.url))
+        dialect = dialect_of(parse_query_url(self.url))
         dialect.connect()
         scn = _now_scn()
         dialect.describe(schema.source)  # the dialect's own view of the columns
