@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 from sluice.capture.seeding import Seeder
@@ -127,10 +127,44 @@ class CaptureSource(Protocol):
         ...
 
 
-# scheme -> the module of a source kind, imported on demand (a kind's driver is needed only
-# when it is used). A kind module has ``open_capture(url, settings) -> CaptureSource``,
-# ``describe(url, source) -> TableSchema``, ``open_seeder(url) -> Seeder``, ``source_info(url)``
-# and ``parse_url(url)`` (raises ``ConfigError``).
+class SourceKind(Protocol):
+    """What the module of a source kind provides (``_KINDS`` names it by URL scheme); mypy
+    checks each kind module against it (``kind_check.py``)."""
+
+    # Whether the kind takes per-table settings (``[tables."DB.T"]``; query sources do).
+    TAKES_TABLE_OPTIONS: bool
+
+    def open_capture(self, url: str, settings: CaptureSettings) -> CaptureSource:
+        """The capture of the source ``url`` names (not started)."""
+        ...
+
+    def describe(self, url: str, source: str) -> TableSchema:
+        """The schema a capture of ``source`` would register now."""
+        ...
+
+    def open_seeder(self, url: str) -> Seeder:
+        """The seeding side of the source (connected); ``ConfigError`` where it has none."""
+        ...
+
+    def source_info(self, url: str) -> dict[str, Any]:
+        """How event formats name the source, JSON-serialisable (it travels over HTTP and to
+        Spark workers): ``connector`` (Debezium's connector whose form events take, when
+        there is one) and ``debezium`` (its source block's constant ``fields`` and the
+        ``position`` fields an SCN gives: see ``schemas/debezium.py``)."""
+        ...
+
+    def parse_url(self, url: str) -> object:
+        """The parsed URL; ``ConfigError`` for one the kind cannot read."""
+        ...
+
+    def seed_jars(self) -> tuple[str, ...]:
+        """JARs a Spark session seeding from this kind should load (``spark.jars``): the
+        JDBC driver of the kind's fast path, where it has one and it is installed."""
+        ...
+
+
+# scheme -> the module of a source kind (a ``SourceKind``), imported on demand (a kind's
+# driver is needed only when it is used).
 _KINDS = {
     "mysql": "sluice.capture.mysql.capture",
     "mariadb": "sluice.capture.mysql.capture",
@@ -157,7 +191,7 @@ def known_schemes() -> tuple[str, ...]:
     return tuple(_KINDS)
 
 
-def _kind(url: str) -> Any:
+def _kind(url: str) -> SourceKind:
     scheme = urlsplit(url).scheme.lower()
     module = _KINDS.get(scheme)
     if module is None:
@@ -166,7 +200,8 @@ def _kind(url: str) -> Any:
             + ", ".join(f"{s}://" for s in _KINDS)
         )
     try:
-        return importlib.import_module(module)
+        # a module is checked against ``SourceKind`` by mypy, not here (test_source_kinds)
+        return cast(SourceKind, importlib.import_module(module))
     except ImportError as exc:
         raise ConfigError(
             f"{scheme}:// sources need a driver that is not installed ({exc.name}): "
@@ -177,20 +212,18 @@ def _kind(url: str) -> Any:
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:
     """The capture of the source ``url`` names, by its scheme."""
     kind = _kind(url)
-    if settings.table_options and not getattr(kind, "TAKES_TABLE_OPTIONS", False):
+    if settings.table_options and not kind.TAKES_TABLE_OPTIONS:
         first = next(iter(settings.table_options))
         raise ConfigError(
             f'[tables."{first}"] settings apply to query sources (query+...://) only; '
             "remove them for this source"
         )
-    opened: CaptureSource = kind.open_capture(url, settings)
-    return opened
+    return kind.open_capture(url, settings)
 
 
 def describe(url: str, source: str) -> TableSchema:
     """The schema a capture of ``source`` would register now (``sluice schema generate``)."""
-    schema: TableSchema = _kind(url).describe(url, source)
-    return schema
+    return _kind(url).describe(url, source)
 
 
 def source_info(url: str) -> dict[str, Any]:
@@ -206,14 +239,12 @@ def check_url(url: str) -> None:
 def seed_jars(url: str) -> tuple[str, ...]:
     """JARs a Spark session seeding from ``url`` should load (``spark.jars``): the JDBC
     driver of the kind's fast path, where it has one and it is installed."""
-    jars = getattr(_kind(url), "seed_jars", None)
-    return tuple(jars()) if jars else ()
+    return tuple(_kind(url).seed_jars())
 
 
 def open_seeder(url: str) -> Seeder:
     """The seeding side of the source ``url`` names, by its scheme (connected)."""
-    opened: Seeder = _kind(url).open_seeder(url)
-    return opened
+    return _kind(url).open_seeder(url)
 
 
 # Failures on this machine, not the source's, that pass once the disk or descriptors free up.

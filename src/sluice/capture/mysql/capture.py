@@ -61,6 +61,7 @@ from sluice.errors import (
 from sluice.schemas import SchemaRegistry, TableSchema
 
 log = logging.getLogger(__name__)
+TAKES_TABLE_OPTIONS = False  # no [tables."..."] settings (a ``SourceKind``)
 
 _FL_STANDALONE = 1
 

@@ -66,6 +66,7 @@ from sluice.schemas import TableSchema
 from sluice.schemas.columns import UNCHANGED_TOAST
 
 log = logging.getLogger(__name__)
+TAKES_TABLE_OPTIONS = False  # no [tables."..."] settings (a ``SourceKind``)
 
 
 class _PgInfo:
@@ -81,6 +82,11 @@ def open_seeder(url: str) -> Seeder:
     from sluice.capture.postgres.seed import PgSeeder  # noqa: PLC0415 - only seeding needs it
 
     return PgSeeder(parse_pg_url(url))
+
+
+def seed_jars() -> tuple[str, ...]:
+    """None: seeding reads chunks through psycopg2 (no JDBC path)."""
+    return ()
 
 
 def open_capture(url: str, settings: CaptureSettings) -> CaptureSource:

@@ -63,6 +63,11 @@ def open_seeder(url: str) -> Seeder:
     return QuerySeeder(url, dialect_of(parse_url(url)))
 
 
+def seed_jars() -> tuple[str, ...]:
+    """None: seeding reads chunks through the dialect's DB-API driver (no JDBC path)."""
+    return ()
+
+
 def source_info(url: str) -> dict[str, Any]:
     """What event formats name the source by."""
     return {"connector": f"query+{parse_url(url).kind}"}
