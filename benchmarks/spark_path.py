@@ -267,7 +267,8 @@ def _synthetic_store(spark: Any, work: Path, changes: int, keys: int) -> Bootstr
         .withColumn("schema_version", F.lit(1))
         .withColumn("key_hash", F.crc32(F.encode(F.col("key"), "utf-8")))
         .withColumn("payload", F.lit(payload))
-        .withColumn("log_file", F.lit(1).cast("long"))
+        # one folder, as the log writer's first run of batches (after the store's start, 0)
+        .withColumn("after_scn", F.lit(0).cast("long"))
         .drop("id")
     )
     # Through a streaming sink, as the log writer commits: the fold reads only a log that
@@ -277,7 +278,7 @@ def _synthetic_store(spark: Any, work: Path, changes: int, keys: int) -> Bootstr
     (
         spark.readStream.schema(LOG_DDL)
         .parquet(staged)
-        .writeStream.partitionBy("source", "log_file")
+        .writeStream.partitionBy("source", "after_scn")
         .format("parquet")
         .option("path", store.spark_path("log"))
         .option("checkpointLocation", str(work / "staged-ckpt"))

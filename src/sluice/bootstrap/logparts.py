@@ -22,7 +22,7 @@ from sluice.errors import ConfigError
 
 COLUMN = "after_scn"
 # Batches per folder: at the job's default trigger (2 s) a steady stream opens a folder about
-# every 33 minutes, ~44 a day per source; a bigger bucket only makes pruning coarser.
+# every 33 minutes, ~43 a day per source; a bigger bucket only makes pruning coarser.
 BUCKET_BATCHES = 1000
 _OLD = "log_file="  # folders by binlog file (SCN >> 32), before this layout
 
