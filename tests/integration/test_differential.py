@@ -22,7 +22,6 @@ from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from sluice.capture import CapturedWindow
-from sluice.capture.mysql.binlog.values import shortest_float32
 from sluice.capture.mysql.capture import MySQLCapture
 from sluice.capture.mysql.metadata import end_scn
 from sluice.capture.mysql.scn import scn_position
@@ -31,7 +30,7 @@ from sluice.capture.mysql.url import parse_source_url
 from sluice.core.event import Event
 from sluice.core.wire import encode_window
 from sluice.schemas import SchemaRegistry
-from sluice.schemas.columns import json_converter
+from sluice.schemas.columns import json_converter, shortest_float32
 from sluice.schemas.events import decode_window, window_json
 from sluice.testing import PrivateMariaDB
 from tests.integration.workload import ALL_TYPES_DDL, random_all_types

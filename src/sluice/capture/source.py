@@ -247,6 +247,16 @@ def open_seeder(url: str) -> Seeder:
     return _kind(url).open_seeder(url)
 
 
+def end_scn(url: str) -> int:
+    """The source's current end as an SCN (its last commit is at or before it), by its kind:
+    for tools that wait for a workload to be captured (the demo, tests)."""
+    seeder = open_seeder(url)
+    try:
+        return seeder.end_scn()
+    finally:
+        seeder.close()
+
+
 # Failures on this machine, not the source's, that pass once the disk or descriptors free up.
 LOCAL_TRANSIENT = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE})
 

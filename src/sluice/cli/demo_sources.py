@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 from typing import Any, Protocol
 
-from sluice.capture.mysql.metadata import end_scn
+from sluice.capture.source import end_scn
 from sluice.testing import PrivateMariaDB, table_rows
 from sluice.testing.truth import pg_table_rows
 
@@ -111,11 +111,7 @@ class MariaDBDemo:
         return table_rows(conn, source)
 
     def end_scn(self) -> int:
-        conn = self.db.connect()
-        try:
-            return end_scn(conn)
-        finally:
-            conn.close()
+        return end_scn(self.url)
 
 
 class PostgresDemo:
@@ -189,13 +185,7 @@ class PostgresDemo:
         return pg_table_rows(conn, source)
 
     def end_scn(self) -> int:
-        conn = self.db.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
-                return int(cur.fetchone()[0])
-        finally:
-            conn.close()
+        return end_scn(self.url)
 
 
 def _transaction(

@@ -9,6 +9,7 @@ import base64
 import datetime as dt
 import json
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
@@ -66,6 +67,7 @@ def time_text(micros: int) -> str:
 
 _NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _INF = float("inf")
+_F32 = struct.Struct("<f")
 
 
 def float_json(value: float) -> float | str:
@@ -74,6 +76,17 @@ def float_json(value: float) -> float | str:
     if -_INF < value < _INF:
         return value
     return _NONFINITE[repr(value)]
+
+
+def shortest_float32(value: float) -> float:
+    """The shortest decimal that rounds to the same float32 (a FLOAT column's value as MySQL
+    prints it, and as capture gives it)."""
+    packed = _F32.pack(value)
+    for digits in range(6, 10):
+        candidate = float(f"{value:.{digits}g}")
+        if _F32.pack(candidate) == packed:
+            return candidate
+    return value
 
 
 def float_text(value: float) -> str:

@@ -14,9 +14,8 @@ from typing import Any
 
 import pymysql
 
-from sluice.capture.mysql.binlog.values import shortest_float32
 from sluice.core.names import split_source
-from sluice.schemas.columns import json_converter
+from sluice.schemas.columns import json_converter, shortest_float32
 from sluice.testing.consumers import key_text
 
 _BINARY = {

@@ -20,7 +20,7 @@ import pymysql
 import pymysql.cursors
 
 from sluice.capture.mysql.binlog.protocol import ConnectParams
-from sluice.capture.mysql.binlog.values import days_since_epoch, shortest_float32
+from sluice.capture.mysql.binlog.values import days_since_epoch
 from sluice.capture.mysql.bulk import jdbc_chunks
 from sluice.capture.mysql.describe import describe_table
 from sluice.capture.mysql.metadata import end_scn
@@ -40,6 +40,7 @@ from sluice.core.names import split_source
 from sluice.errors import SourceError, SourceSetupError
 from sluice.schemas import Column, TableSchema
 from sluice.schemas.codegen import run_generated
+from sluice.schemas.columns import shortest_float32
 
 log = logging.getLogger(__name__)
 

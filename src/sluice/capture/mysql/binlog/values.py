@@ -17,6 +17,7 @@ from typing import Any
 from sluice.capture.mysql.binlog import constants as t
 from sluice.capture.mysql.binlog.tablemap import BinlogColumn
 from sluice.errors import DecodeError
+from sluice.schemas.columns import shortest_float32
 
 ValueDecoder = Callable[[bytes, int], tuple[Any, int]]
 
@@ -45,16 +46,6 @@ def _int(size: int, signed: bool) -> ValueDecoder:
 
 def _uint64_decimal(data: bytes, pos: int) -> tuple[Any, int]:
     return Decimal(int.from_bytes(data[pos : pos + 8], "little")), pos + 8
-
-
-def shortest_float32(value: float) -> float:
-    """The shortest decimal that rounds to the same float32, as MySQL prints FLOAT."""
-    packed = _F32.pack(value)
-    for digits in range(6, 10):
-        candidate = float(f"{value:.{digits}g}")
-        if _F32.pack(candidate) == packed:
-            return candidate
-    return value
 
 
 def _float(data: bytes, pos: int) -> tuple[Any, int]:
