@@ -1,12 +1,15 @@
-"""Cold reads: a range older than the event buffer, read again from the source's binlog.
+"""Cold reads: a range older than the event buffer, read again from the source's log.
 
 A consumer that opts in (``/stream?...&cold=true``, the bootstrap job does) and asks for
 ``since_scn`` older than the buffer gets the windows ``(since_scn, buffer start]`` from a
-short-lived capture of its own, in the same wire format; then a heartbeat at the buffer's start
-so it continues from the buffer. Binlog files written with ``binlog_row_metadata=FULL``
-describe their own columns, so old events decode as they were written. Only when the source
-no longer has those binlog files is the answer 410 (the consumer must bootstrap or re-seed).
-Cold reads are few at a time (each is a binlog dump connection on the source).
+short-lived capture of its own (``open_capture`` with ``CaptureSettings.cold``), in the same
+wire format; then a heartbeat at the buffer's start so it continues from the buffer. Any
+``rereadable`` kind can do it (a MySQL binlog, whose files written with
+``binlog_row_metadata=FULL`` describe their own columns so old events decode as they were
+written; a chained relay, whose upstreams serve the range); the answer is 410 for a kind that
+cannot read again (a replication slot, polled queries) and when the source no longer holds
+the range (purged binlog files): the consumer must bootstrap or re-seed. Cold reads are few
+at a time (each is one more reader on the source).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ class ColdRead:
                 f"{self.until}) and cannot be read again from the source: {exc}",
                 oldest_scn=self.until,
             ) from None
-        log.info("cold read of SCNs %d..%d from the source's binlog", self.since, self.until)
+        log.info("cold read of SCNs %d..%d from the source's log", self.since, self.until)
 
     async def windows(self) -> AsyncIterator[bytes]:
         """Windows after ``since`` up to ``until``; ``reached`` tells whether it got there."""
