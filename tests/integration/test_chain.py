@@ -87,7 +87,9 @@ def test_a_chain_of_three_relays_serves_the_same_bytes_across_sigkills(
     sources = [f"{database}.{t}" for t in TABLES]
     top = RelayProcess(_args(mariadb.url, sources, tmp_path / "a", 0), tmp_path / "a.log").start()
     mid_port = free_port()
-    mid_args = _args(top.url.replace("http", "sluice"), sources, tmp_path / "b", mid_port)
+    mid_args = _args(
+        top.url.replace("http", "sluice"), sources, tmp_path / "b", mid_port, "--name", "tier2"
+    )
     mid = RelayProcess(mid_args, tmp_path / "b.log").start()
     low = RelayProcess(
         _args(f"sluice://127.0.0.1:{mid_port}", sources, tmp_path / "c", 0), tmp_path / "c.log"
@@ -106,6 +108,8 @@ def test_a_chain_of_three_relays_serves_the_same_bytes_across_sigkills(
         _same_as(top.url, mid.url, start, sources)
         _same_as(mid.url, low.url, start, sources)
         assert get_json(low.url + "/stats")["capture"]["reconnects"] >= 1
+        # the first tier's console lists the second among its followers, by its --name
+        assert "tier2" in [f["name"] for f in get_json(top.url + "/stats")["followers"]]
         replica = ReplicaConsumer()
         consume(low.url, replica, since_scn=start)
         assert_replica_equals(replica, conn, sources)

@@ -5,9 +5,10 @@ signature, fails ``make lint``. A new kind adds its module to ``KINDS``;
 
 from __future__ import annotations
 
+from sluice.capture.chain import capture as chain_kind
 from sluice.capture.mysql import capture as mysql_kind
 from sluice.capture.postgres import capture as postgres_kind
 from sluice.capture.query import capture as query_kind
 from sluice.capture.source import SourceKind
 
-KINDS: tuple[SourceKind, ...] = (mysql_kind, postgres_kind, query_kind)
+KINDS: tuple[SourceKind, ...] = (mysql_kind, postgres_kind, query_kind, chain_kind)

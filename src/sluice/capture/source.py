@@ -100,6 +100,9 @@ class CaptureSettings:
     # per-table settings (``[tables."DB.T"]``), for kinds that take them (query sources)
     table_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     state_dir: Path | None = None  # where a kind may keep its own state (the relay's data dir)
+    # what the capturer calls itself to a source that asks (a chained relay's upstream lists
+    # it among the followers on its console)
+    name: str | None = None
 
 
 class CaptureSource(Protocol):
@@ -175,6 +178,7 @@ _KINDS = {
     "query+postgres": "sluice.capture.query.capture",
     "query+mysql": "sluice.capture.query.capture",
     "query+mariadb": "sluice.capture.query.capture",
+    "sluice": "sluice.capture.chain.capture",  # other relays (relay chaining)
 }
 
 

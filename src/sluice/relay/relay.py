@@ -171,6 +171,7 @@ class Relay(Observed, AsyncComponent):
             on_decode_error=self.config.on_decode_error,
             table_options=self.config.table_options,
             state_dir=self.config.data_dir,
+            name=self.config.name,
         )
 
     def _start_scn(self, store: BufferStore, end_scn: int) -> int:

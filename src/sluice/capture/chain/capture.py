@@ -61,7 +61,16 @@ TAKES_TABLE_OPTIONS = False
 LONG_POLL_MS = 10_000
 _TRUNCATE = ord("t")
 
-__all__ = ["ChainCapture", "describe", "open_capture", "open_seeder", "parse_url", "source_info"]
+__all__ = [
+    "TAKES_TABLE_OPTIONS",
+    "ChainCapture",
+    "describe",
+    "open_capture",
+    "open_seeder",
+    "parse_url",
+    "seed_jars",
+    "source_info",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +115,10 @@ def open_seeder(url: str) -> Seeder:
         "database the first relay reads (bootstrap seed --source mysql://... or "
         "postgresql://...)"
     )
+
+
+def seed_jars() -> tuple[str, ...]:
+    return ()
 
 
 def _schemas(base: str, source: str) -> list[TableSchema]:
@@ -243,7 +256,9 @@ class ChainCapture:
             "timeout_ms": str(LONG_POLL_MS),
             "cold": "true",
         }
-        conn, resp = open_get(base, "/stream", params, {CLIENT_HEADER: "relay"})
+        # the upstream's console lists this relay among its followers, by its name
+        name = {CLIENT_HEADER: self.settings.name} if self.settings.name else {}
+        conn, resp = open_get(base, "/stream", params, name)
         self._conn = conn
         self._refused.pop(base, None)
         self._unseen.discard(base)
