@@ -8,6 +8,7 @@ import sys
 from benchmarks import (
     big_txn,
     capture,
+    chain,
     latency,
     pg_capture,
     pg_latency,
@@ -38,6 +39,8 @@ def main() -> int:
     big_txn.run()
     print("\n== latency: commit to consumer at 100 commits/s ==")
     latency.run()
+    print("\n== relay chaining: a second tier of relays (sluice://) ==")
+    chain.run()
     print("\n== Spark: relay into Parquet, fold, snapshot serving ==")
     spark_path.run()
     print("\n== seeding: sluice bootstrap seed vs spark.read.jdbc and mariadb-dump ==")

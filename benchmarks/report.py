@@ -251,6 +251,9 @@ def render() -> str:
     pg = _load("pg_capture")
     if pg:
         parts += ["", _md(_pg_rows(pg))]
+    chain = _load("chain")
+    if chain:
+        parts += ["", _md(_chain_rows(chain))]
     dbz = _load("pg_debezium")
     if "sluice" in dbz:
         parts += [
@@ -556,6 +559,36 @@ def render() -> str:
             ),
         ]
     return "\n".join(parts)
+
+
+def _chain_rows(chain: dict[str, Any]) -> list[tuple[str, ...]]:
+    got = chain["throughput"]
+    rows: list[tuple[str, ...]] = [
+        (f"relay chaining, {_n(got['rows'])} rows in 1,000-row txns", "value"),
+        (
+            "first tier's capture (relay process, start included)",
+            f"{_n(got['first_tier_capture_rows_per_s'])} rows/s",
+        ),
+        ("a raw reader of the first tier's /stream", f"{_n(got['raw_reader_rows_per_s'])} rows/s"),
+        (
+            "second tier (`sluice://`) reading the first (process, start included)",
+            f"{_n(got['second_tier_rows_per_s'])} rows/s "
+            f"({got['second_tier_vs_first_tier_capture']}x the first tier's capture, "
+            f"{got['second_tier_vs_raw_reader']}x the raw reader)",
+        ),
+    ]
+    for key, value in chain.items():
+        if key.startswith("latency_"):
+            rate = key.split("_")[1]
+            for tier in ("first_tier", "second_tier"):
+                m = value[tier]
+                rows.append(
+                    (
+                        f"commit -> consumer at {rate} commits/s, {tier.replace('_', ' ')}",
+                        f"p50 {m['p50_ms']} ms, p99 {m['p99_ms']} ms, max {m['max_ms']} ms",
+                    )
+                )
+    return rows
 
 
 def _debezium_snapshot_rows(seed: dict[str, Any]) -> list[tuple[str, str]]:
