@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.core import wire
 from sluice.schemas.avro import TableSchema, key_formatter
 from sluice.schemas.columns import KIND
 
@@ -249,6 +250,33 @@ def key_hashes(keys: pa.Array) -> np.ndarray:
     event's header holds it."""
     texts = keys.cast(pa.binary()).to_pylist()
     return np.fromiter(map(crc32, texts), dtype=np.uint32, count=len(texts))
+
+
+_HEADER = np.dtype(wire.EVENT_HEADER_FIELDS)
+
+
+def frame_events(
+    schema: TableSchema, payloads: pa.Array, keys: pa.Array, ops: np.ndarray
+) -> list[bytes]:
+    """The wire events (``wire.encode_event``) of a batch's payloads, each hashed by its key
+    text (``keys``) and tagged with its op (``ops``: one byte each, ``ord("c")``...)."""
+    rows = len(payloads)
+    name = schema.source.encode()
+    if len(name) > 255:
+        raise ValueError(f"source name too long: {schema.source!r}")
+    head = np.empty(rows, dtype=_HEADER)
+    lengths = pc.binary_length(payloads).to_numpy(zero_copy_only=False)
+    head["size"] = wire.EVENT_HEADER_SIZE + len(name) + lengths
+    head["hash"] = key_hashes(keys)
+    head["op"] = ops
+    head["src"] = len(name)
+    head["ver"] = schema.version
+    headers = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(wire.EVENT_HEADER_SIZE), rows, [None, pa.py_buffer(head.view(np.uint8))]
+    ).cast(pa.binary())
+    joined = pc.binary_join_element_wise(headers, pa.scalar(name, pa.binary()), payloads, b"")
+    out: list[bytes] = joined.to_pylist()
+    return out
 
 
 def _json_name(name: str) -> str:

@@ -6,16 +6,23 @@ bytes) plus the *raw* values of the position columns, which are bound back uncha
 next poll's ``WHERE`` (a timestamp's own text compares exactly as the database stores it).
 A row with a value that does not convert comes out as ``Unconverted`` beside its raw
 position values, so a poll can skip it (``on_decode_error = "skip"``) and go on after it.
+
+A poll reads a page at once as a ``Batch``: the driver's rows, the row path's conversion of
+one (the reference), and a conversion of a whole column into the Arrow arrays the page path
+encodes (``pages.py``), which raises ``Inexact`` where it cannot give the row path's values.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sluice.errors import DecodeError
 from sluice.schemas import TableSchema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Kinds a timestamp column may have, and an incrementing one.
 TIME_KINDS = frozenset({"datetime", "timestamp", "date"})
@@ -30,6 +37,28 @@ class Unconverted:
 
 
 Row = list[Any] | Unconverted  # canonical values, or why there are none
+
+
+class Inexact(ValueError):
+    """A column of a page that the column conversion cannot give exactly as the row path
+    would: the page takes the row path."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A page as the driver gave it: each raw row holds the schema's columns, then the
+    ``Select``'s extra values (``width`` columns before them)."""
+
+    raw: Sequence[Sequence[Any]]
+    width: int
+    convert: Callable[[Sequence[Any]], tuple[Row, Sequence[Any]]]  # the row path, per row
+    # column i's raw values as the Arrow array ``schemas.arrow_encoder`` takes (raises
+    # ``Inexact``); None: this page takes the row path
+    column: Callable[[int, Sequence[Any]], pa.Array] | None
+
+    def rows(self) -> list[tuple[Row, Sequence[Any]]]:
+        """The row path: ``(canonical row, raw extra values)`` of each row."""
+        return [self.convert(raw) for raw in self.raw]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,4 +117,8 @@ class Dialect(Protocol):
         """``(canonical row, raw extra values)`` of the query, streamed (never all at once);
         a row with a value it cannot convert is ``Unconverted`` (its ``DecodeError`` names the
         table and column), its extra values still given."""
+        ...
+
+    def batch(self, select: Select) -> Batch:
+        """The query's rows read at once (a page), for the page path and the row path."""
         ...

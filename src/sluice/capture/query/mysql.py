@@ -21,7 +21,8 @@ from sluice.capture.mysql.seed import (
     row_parser,
 )
 from sluice.capture.mysql.url import parse_source_url
-from sluice.capture.query.dialect import Row, Select, Unconverted
+from sluice.capture.query.columns import canonical
+from sluice.capture.query.dialect import Batch, Row, Select, Unconverted
 from sluice.errors import DecodeError, SourceConnectionError
 from sluice.schemas import Column, TableSchema
 
@@ -80,6 +81,35 @@ class MySQLDialect:
         return "(NOW(6) - INTERVAL %s MICROSECOND)", int(delay_s * 1_000_000)
 
     def rows(self, select: Select) -> Iterator[tuple[Row, Sequence[Any]]]:
+        width = len(select.schema.columns)
+        for values in self._parsed(select):
+            if isinstance(values, bytes):
+                yield _unconverted(select.schema, values, width)
+            else:
+                yield values[:width], values[width:]
+
+    def batch(self, select: Select) -> Batch:
+        """The parser's rows are canonical already: a column is its values as they are."""
+        schema = select.schema
+        raw = list(self._parsed(select))
+        width = len(schema.columns)
+
+        def convert(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
+            if isinstance(values, bytes):
+                return _unconverted(schema, values, width)
+            return list(values[:width]), values[width:]
+
+        whole = not any(isinstance(values, bytes) for values in raw)
+        return Batch(
+            raw,
+            width,
+            convert,
+            (lambda i, values: canonical(schema.columns[i], values)) if whole else None,
+        )
+
+    def _parsed(self, select: Select) -> Iterator[list[Any] | bytes]:
+        """Each row packet parsed (the schema's columns, then the extra values as text), or
+        the packet's bytes where the parser refused it."""
         schema = select.schema
         extras = [Column(f"_x{i}", "string", True, "text") for i in range(len(select.extra))]
         parse = row_parser((*schema.columns, *extras))
@@ -89,7 +119,6 @@ class MySQLDialect:
         conn = self._db()
         cur = conn.cursor(pymysql.cursors.SSCursor)
         execute_select(cur, sql + select.tail(), select.args, schema.source)
-        width = len(schema.columns)
         result = cur._result  # unbuffered: the row packets are still unread
         try:
             while True:
@@ -99,11 +128,9 @@ class MySQLDialect:
                     result.connection = None
                     break
                 try:
-                    values = parse(packet._data)
+                    yield parse(packet._data)
                 except (ValueError, ArithmeticError, IndexError):
-                    yield _unconverted(schema, packet._data, width)
-                    continue
-                yield values[:width], values[width:]
+                    yield bytes(packet._data)
         finally:
             cur.close()
 

@@ -17,19 +17,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from zlib import crc32
 
-from sluice.capture.query.dialect import INT_KINDS, TIME_KINDS, Dialect, Row, Select, Unconverted
+from sluice.capture.query.dialect import (
+    INT_KINDS,
+    TIME_KINDS,
+    Batch,
+    Dialect,
+    Select,
+    Unconverted,
+)
 from sluice.capture.query.options import TableOptions
+from sluice.capture.query.pages import PageEncoder, truthy
 from sluice.core import wire
 from sluice.core.event import Op
 from sluice.errors import ConfigError, SourceSetupError
 from sluice.schemas import RowCodec, SchemaRegistry, TableSchema
 
 log = logging.getLogger(__name__)
-_TRUE_TEXT = frozenset({"1", "t", "true", "y", "yes"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,27 +119,30 @@ class TablePoller:
         limit = self.options.page_rows
         codec = self.registry.codec(schema.source, schema.version)
         soft = self._soft_index(schema)
+        pages = PageEncoder.build(schema, self.options, soft)
         while True:
             select = self._select(schema, upper, key, limit)
-            got = list(self.dialect.rows(select))
-            if self.options.mode == "timestamp" and len(got) == limit:
-                got = self._whole_timestamps(schema, got)
-            if not got:
+            batch = self.dialect.batch(select)
+            if self.options.mode == "timestamp" and len(batch.raw) == limit:
+                batch = self._whole_timestamps(schema, batch)
+            if not batch.raw:
                 return
             position = dict(self.position)
-            events: list[bytes] = []
             skipped: list[str] = []
-            for row, x in got:
-                if isinstance(row, Unconverted):
-                    self._advance(position, x)
-                    skipped.append(f"{row.error} (the row at {self._where(schema, x)})")
-                else:
-                    events.append(self._event(schema, codec, soft, row, x, position))
+            events = None if pages is None else pages.events(batch, position)
+            if events is None:  # the row path decides
+                events = []
+                for row, x in batch.rows():
+                    if isinstance(row, Unconverted):
+                        self._advance(position, x)
+                        skipped.append(f"{row.error} (the row at {self._where(schema, x)})")
+                    else:
+                        events.append(self._event(schema, codec, soft, row, x, position))
             if self.options.mode == "bulk":
-                key = tuple(got[-1][1])
+                key = tuple(batch.raw[-1][batch.width :])
             yield Page(events, position, tuple(skipped))
             self.position = position
-            if len(got) < limit:
+            if len(batch.raw) < limit:
                 return
 
     # -- SQL ---------------------------------------------------------------------------------
@@ -192,23 +202,22 @@ class TablePoller:
             schema, tuple(extra), " AND ".join(clauses) or "1=1", tuple(args), order, limit
         )
 
-    def _whole_timestamps(
-        self, schema: TableSchema, got: list[tuple[Row, Sequence[Any]]]
-    ) -> list[tuple[Row, Sequence[Any]]]:
+    def _whole_timestamps(self, schema: TableSchema, batch: Batch) -> Batch:
         """A full page in ``timestamp`` mode, cut before its last timestamp (the next page
         starts after a timestamp, so it must hold all of them); a page of one timestamp is
         read whole."""
-        last = got[-1][1][0]
-        kept = [g for g in got if g[1][0] != last]
+        at = batch.width
+        last = batch.raw[-1][at]
+        kept = [raw for raw in batch.raw if raw[at] != last]
         if kept:
-            return kept
+            return replace(batch, raw=kept)
         d = self.dialect
         mark = d.placeholder(schema, self.options.timestamp_columns[0])
         extra: tuple[str, ...] = (self._ts(),)
         if self.options.incrementing_column is not None:
             extra += (d.quote(self.options.incrementing_column),)
         select = Select(schema, extra, f"{self._ts()} = {mark}", (last,), self._ts(), None)
-        return list(d.rows(select))
+        return d.batch(select)
 
     # -- events ------------------------------------------------------------------------------
     def _event(
@@ -225,7 +234,7 @@ class TablePoller:
             op = "c"
         before: list[Any] | None = None
         after: list[Any] | None = row
-        if soft is not None and _truthy(row[soft]):
+        if soft is not None and truthy(row[soft]):
             op, before, after = "d", row, None
         payload = codec.encode(before, after)
         key = codec.key_text(row)
@@ -261,11 +270,3 @@ class TablePoller:
     def _soft_index(self, schema: TableSchema) -> int | None:
         name = self.options.soft_delete_column
         return next((i for i, c in enumerate(schema.columns) if c.name == name), None)
-
-
-def _truthy(value: Any) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, str):
-        return value.strip().lower() in _TRUE_TEXT
-    return bool(value)

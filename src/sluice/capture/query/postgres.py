@@ -10,7 +10,9 @@ from typing import Any
 
 import psycopg2
 import psycopg2.extensions
+import pyarrow as pa
 
+from sluice.capture.postgres.runs import _parser
 from sluice.capture.postgres.seed import (
     _column_oids,
     _ident,
@@ -22,10 +24,11 @@ from sluice.capture.postgres.seed import (
 from sluice.capture.postgres.setup import connect, parse_pg_url, primary_key
 from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
-from sluice.capture.query.dialect import Row, Select, Unconverted
+from sluice.capture.query.columns import converted
+from sluice.capture.query.dialect import Batch, Inexact, Row, Select, Unconverted
 from sluice.core.names import split_source
 from sluice.errors import SourceConnectionError, SourceSetupError
-from sluice.schemas import TableSchema
+from sluice.schemas import Column, TableSchema
 
 
 class PgDialect:
@@ -95,26 +98,70 @@ class PgDialect:
         return "(clock_timestamp() - %s::interval)", f"{delay_s:.6f} seconds"
 
     def rows(self, select: Select) -> Iterator[tuple[Row, Sequence[Any]]]:
+        convert = _row_path(select.schema, self._converters(select.schema))
+        with self._db().cursor() as cur:
+            self._execute(cur, select)
+            while batch := cur.fetchmany(1000):
+                yield from map(convert, batch)
+
+    def batch(self, select: Select) -> Batch:
         schema = select.schema
+        converters = self._converters(schema)
+        with self._db().cursor() as cur:
+            self._execute(cur, select)
+            raw = cur.fetchall()
+        readers = [_column_reader(c, f) for c, f in zip(schema.columns, converters, strict=True)]
+        return Batch(
+            raw,
+            len(schema.columns),
+            _row_path(schema, converters),
+            lambda i, values: readers[i](values),
+        )
+
+    def _converters(self, schema: TableSchema) -> list[Callable[[str], Any]]:
         oids = self._types[schema.source]
-        converters: list[Callable[[str], Any]] = [
-            column_kind(oids[c.name][0])[1] for c in schema.columns
-        ]
+        return [column_kind(oids[c.name][0])[1] for c in schema.columns]
+
+    def _execute(self, cur: Any, select: Select) -> None:
+        schema = select.schema
         cols = ", ".join(_ident(c.name) for c in schema.columns)
         extra = "".join(f", ({e})::text AS _sluice_x{i}" for i, e in enumerate(select.extra))
         sql = f"SELECT {cols}{extra} FROM {_table(schema.source)} WHERE {select.where}"
-        width = len(schema.columns)
-        with self._db().cursor() as cur:
-            cur.execute(sql + select.tail(), select.args)
-            while batch := cur.fetchmany(1000):
-                for raw in batch:
-                    values = raw[:width]
-                    row: Row
-                    try:
-                        row = [
-                            None if v is None else c(v)
-                            for c, v in zip(converters, values, strict=True)
-                        ]
-                    except (ValueError, OverflowError):
-                        row = Unconverted(_undecodable(schema, converters, values))
-                    yield row, raw[width:]
+        cur.execute(sql + select.tail(), select.args)
+
+
+def _row_path(
+    schema: TableSchema, converters: list[Callable[[str], Any]]
+) -> Callable[[Sequence[Any]], tuple[Row, Sequence[Any]]]:
+    """One row of texts -> ``(canonical row or Unconverted, raw extra values)``."""
+    width = len(schema.columns)
+
+    def convert(raw: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
+        values = raw[:width]
+        row: Row
+        try:
+            row = [None if v is None else c(v) for c, v in zip(converters, values, strict=True)]
+        except (ValueError, OverflowError):
+            row = Unconverted(_undecodable(schema, converters, values))
+        return row, raw[width:]
+
+    return convert
+
+
+def _column_reader(
+    column: Column, convert: Callable[[str], Any]
+) -> Callable[[Sequence[Any]], pa.Array]:
+    """A column's texts -> Arrow array: by log capture's bulk path where it takes the kind
+    (``postgres/runs.py``: Arrow's casts, exact for the server's text forms; a text they
+    refuse raises ``Inexact``), else by the row path's converter."""
+    parse = _parser(column.kind, convert)
+    if parse is None:
+        return lambda values: converted(column, convert, values)
+
+    def read(values: Sequence[Any]) -> pa.Array:
+        try:
+            return parse(pa.array(values, pa.string()))
+        except pa.ArrowInvalid as exc:
+            raise Inexact(str(exc)) from None
+
+    return read

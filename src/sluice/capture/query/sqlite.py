@@ -20,7 +20,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sluice.capture.query.dialect import Row, Select, Unconverted
+from sluice.capture.query.dialect import Batch, Row, Select, Unconverted
+from sluice.capture.query.sqlite_columns import column_reader
 from sluice.core.names import split_source
 from sluice.errors import DecodeError, SourceSetupError
 from sluice.schemas import Column, TableSchema
@@ -227,31 +228,42 @@ class SqliteDialect:
         return "?", stamp.isoformat(sep=sep, timespec="microseconds")
 
     def rows(self, select: Select) -> Iterator[tuple[Row, Sequence[Any]]]:
+        convert = _row_path(select.schema, self._converters_of(select.schema))
+        cursor = self._execute(select)
+        try:
+            while batch := cursor.fetchmany(1000):
+                yield from map(convert, batch)
+        finally:
+            cursor.close()
+
+    def batch(self, select: Select) -> Batch:
         schema = select.schema
-        converters = self._converters.get(schema.source) or self._describe_converters(schema)
+        converters = self._converters_of(schema)
+        cursor = self._execute(select)
+        try:
+            raw = cursor.fetchall()
+        finally:
+            cursor.close()
+        readers = _column_readers(schema, converters)
+        return Batch(
+            raw,
+            len(schema.columns),
+            _row_path(schema, converters),
+            lambda i, values: readers[i](values),
+        )
+
+    def _execute(self, select: Select) -> sqlite3.Cursor:
+        schema = select.schema
         cols = ", ".join(self.quote(c.name) for c in schema.columns)
         extra = "".join(f", {e} AS _sluice_x{i}" for i, e in enumerate(select.extra))
         sql = (
             f"SELECT {cols}{extra} FROM {self.table_ref(schema.source)} "
             f"WHERE {select.where}{select.tail()}"
         )
-        width = len(schema.columns)
-        fast = _fast_converter(schema, converters)
-        cursor = self._db().execute(sql, select.args)
-        try:
-            while batch := cursor.fetchmany(1000):
-                for raw in batch:
-                    row: Row
-                    try:
-                        row = fast(raw)
-                    except (ValueError, OverflowError, ArithmeticError, TypeError):
-                        try:
-                            row = _convert(schema, converters, raw[:width])
-                        except DecodeError as exc:  # names the column
-                            row = Unconverted(exc)
-                    yield row, raw[width:]
-        finally:
-            cursor.close()
+        return self._db().execute(sql, select.args)
+
+    def _converters_of(self, schema: TableSchema) -> list[Callable[[Any], Any]]:
+        return self._converters.get(schema.source) or self._describe_converters(schema)
 
     def _describe_converters(self, schema: TableSchema) -> list[Callable[[Any], Any]]:
         self.describe(schema.source)
@@ -288,6 +300,43 @@ def _fast_converter(
         _FAST.clear()
     _FAST[schema.columns] = fast
     return fast
+
+
+def _row_path(
+    schema: TableSchema, converters: list[Callable[[Any], Any]]
+) -> Callable[[Sequence[Any]], tuple[Row, Sequence[Any]]]:
+    """One raw row -> ``(canonical row or Unconverted, raw extra values)``: the reference."""
+    width = len(schema.columns)
+    fast = _fast_converter(schema, converters)
+
+    def convert(raw: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
+        row: Row
+        try:
+            row = fast(raw)
+        except (ValueError, OverflowError, ArithmeticError, TypeError):
+            try:
+                row = _convert(schema, converters, raw[:width])
+            except DecodeError as exc:  # names the column
+                row = Unconverted(exc)
+        return row, raw[width:]
+
+    return convert
+
+
+_READERS: dict[tuple[Column, ...], list[Callable[[Sequence[Any]], Any]]] = {}
+
+
+def _column_readers(
+    schema: TableSchema, converters: list[Callable[[Any], Any]]
+) -> list[Callable[[Sequence[Any]], Any]]:
+    """The page path's column readers of a table version (``sqlite_columns.py``)."""
+    cached = _READERS.get(schema.columns)
+    if cached is None:
+        cached = [column_reader(c, f) for c, f in zip(schema.columns, converters, strict=True)]
+        if len(_READERS) > 256:
+            _READERS.clear()
+        _READERS[schema.columns] = cached
+    return cached
 
 
 def _convert(

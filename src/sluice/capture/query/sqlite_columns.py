@@ -1,0 +1,112 @@
+"""SQLite's raw values, a column at a time, as the page path's Arrow arrays (``pages.py``).
+
+``sqlite3`` hands back ints, floats, text and bytes whatever a column's declared type, so a
+column takes an Arrow kernel only where every value of the page has the storage class whose
+conversion is provably the row path's (``sqlite.column_of``'s converters):
+
+- INTEGER, REAL, TEXT, BLOB, JSON kinds: values already of the kind's type pass as they are
+  (Arrow's own type inference says whether they all are);
+- DATETIME/TIMESTAMP text in ``YYYY-MM-DD[ T]HH:MM:SS[.ffffff]``: Arrow's ISO-8601 cast,
+  which refuses the dates and times ``datetime.fromisoformat`` refuses (and year 0000 is kept
+  from it); DATE text ``YYYY-MM-DD`` likewise;
+- DECIMAL(p,s) stored as INTEGER or REAL (NUMERIC affinity): the unscaled integer ``n`` with
+  ``n / 10**s == value`` exactly and ``|n| < 2**46``. Then ``Decimal(str(value))`` is
+  ``n / 10**s`` too: ``repr`` gives the shortest decimal that rounds to the float, and any
+  other decimal within an ulp (< 10**-(s+1) at this size) needs more digits.
+
+Any other page of a column goes through the row path's converter value by value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluice.capture.query.columns import converted
+from sluice.schemas import Column
+
+_Read = Callable[[Sequence[Any]], pa.Array]
+_NATIVE = {
+    "int": pa.int64(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "json": pa.string(),
+    "bytes": pa.binary(),
+}
+_STAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?$"
+_DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_EXACT_UNSCALED = 2**46
+_NUMBERS = frozenset({int, float, type(None)})
+
+
+def column_reader(column: Column, convert: Callable[[Any], Any]) -> _Read:
+    """``raw values -> Arrow array`` of one column; ``Inexact`` where the row path's
+    converter refuses a value."""
+    native = _NATIVE.get(column.kind)
+    if native is not None:
+        return _native(column, convert, native)
+    if column.kind == "datetime":
+        return _text_cast(column, convert, _STAMP, pa.timestamp("us"), pa.int64())
+    if column.kind == "date":
+        return _text_cast(column, convert, _DATE, pa.date32(), pa.int32())
+    if column.kind == "decimal":
+        return _decimal(column, convert)
+    return lambda values: converted(column, convert, values)
+
+
+def _inferred(values: Sequence[Any]) -> pa.Array | None:
+    try:
+        return pa.array(values)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        return None
+
+
+def _native(column: Column, convert: Callable[[Any], Any], native: pa.DataType) -> _Read:
+    def read(values: Sequence[Any]) -> pa.Array:
+        arr = _inferred(values)
+        if arr is not None and (arr.type == native or arr.type == pa.null()):
+            return arr.cast(native)
+        return converted(column, convert, values)
+
+    return read
+
+
+def _text_cast(
+    column: Column,
+    convert: Callable[[Any], Any],
+    pattern: str,
+    parsed: pa.DataType,
+    out: pa.DataType,
+) -> _Read:
+    def read(values: Sequence[Any]) -> pa.Array:
+        arr = _inferred(values)
+        if (
+            arr is not None
+            and arr.type == pa.string()
+            and pc.all(pc.match_substring_regex(arr, pattern)).as_py() is not False
+            and not pc.any(pc.starts_with(arr, "0000")).as_py()
+        ):
+            return arr.cast(parsed).cast(out)  # an invalid date or time: ArrowInvalid
+        return converted(column, convert, values)
+
+    return read
+
+
+def _decimal(column: Column, convert: Callable[[Any], Any]) -> _Read:
+    factor = 10.0**column.scale
+
+    def read(values: Sequence[Any]) -> pa.Array:
+        if column.scale <= 18 and set(map(type, values)) <= _NUMBERS:
+            nulls = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+            x = np.array([0 if v is None else v for v in values], dtype=np.float64)
+            n = np.rint(x * factor)
+            exact = (np.abs(n) < _EXACT_UNSCALED) & (n / factor == x)
+            if exact.all():
+                return pa.array(n.astype(np.int64), pa.int64(), mask=nulls if nulls.any() else None)
+        return converted(column, convert, values)
+
+    return read
