@@ -154,6 +154,16 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
         )
     pg_p99 = _load("pg_latency").get("sluice_relay_client", {}).get("p99_ms")
     add("PostgreSQL latency p99 <= 25 ms (issue 10)", pg_p99, 25.000001, below=True, unit=" ms")
+    # Issue 30: at 1,000 commits/s on both log sources
+    for label, found in (("MySQL/MariaDB", lat), ("PostgreSQL", _load("pg_latency"))):
+        fast = found.get("at_1000_per_s", {}).get("sluice_relay_client", {}).get("p99_ms")
+        add(
+            f"{label} latency p99 at 1,000 commits/s <= 5 ms (issue 30)",
+            fast,
+            5.000001,
+            below=True,
+            unit=" ms",
+        )
     # Issue 26: each sink against a batched loop of the same client library.
     for name in ("sinks", "sink_brokers"):
         for label, r in _load(name).get("targets", {}).items():
