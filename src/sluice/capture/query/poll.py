@@ -9,8 +9,14 @@ serves it):
 - ``timestamp``: ``last_ts < ts < now - delay``. A page is cut only where the timestamp
   changes, so resuming after its last timestamp skips nothing.
 - ``timestamp+incrementing``: ``ts < now - delay AND (ts > last_ts OR (ts = last_ts AND
-  inc > last_inc))``.
+  inc > last_inc))``, read as two queries, each one seek in an index on ``(ts, inc)``: the
+  rest of ``last_ts`` (``ts = last_ts AND inc > last_inc``), then the later timestamps. (As
+  one ``OR``, or a row value, SQLite, PostgreSQL and MariaDB scan every row of ``last_ts``
+  before the page: a first pass over rows of one timestamp took quadratic time.)
 - ``bulk``: the whole table every poll, by primary key.
+
+A page's events are encoded at once where the table's kinds allow (``pages.py``); the row
+path here (``_event``) is the reference, and takes every page the page path refuses.
 """
 
 from __future__ import annotations
@@ -121,8 +127,7 @@ class TablePoller:
         soft = self._soft_index(schema)
         pages = PageEncoder.build(schema, self.options, soft)
         while True:
-            select = self._select(schema, upper, key, limit)
-            batch = self.dialect.batch(select)
+            batch = self._read(schema, upper, key, limit)
             if self.options.mode == "timestamp" and len(batch.raw) == limit:
                 batch = self._whole_timestamps(schema, batch)
             if not batch.raw:
@@ -146,6 +151,33 @@ class TablePoller:
                 return
 
     # -- SQL ---------------------------------------------------------------------------------
+    def _read(
+        self,
+        schema: TableSchema,
+        upper: tuple[str, Any] | None,
+        key: tuple[Any, ...] | None,
+        limit: int,
+    ) -> Batch:
+        """One page; after a position in ``timestamp+incrementing`` mode, the rest of its
+        timestamp first, then the later ones."""
+        later = self._select(schema, upper, key, limit)
+        if self.options.mode != "timestamp+incrementing" or "ts" not in self.position:
+            return self.dialect.batch(later)
+        assert upper is not None
+        d, inc_column = self.dialect, self.options.incrementing_column
+        ts, inc = self._ts(), d.quote(str(inc_column))
+        mark = d.placeholder(schema, self.options.timestamp_columns[0])
+        where = (
+            f"{ts} < {upper[0]} AND {ts} = {mark} AND {inc} > {d.placeholder(schema, inc_column)}"
+        )
+        args = (upper[1], self.position["ts"], self.position["inc"])
+        rest = d.batch(Select(schema, (ts, inc), where, args, inc, limit))
+        if len(rest.raw) == limit:
+            return rest
+        more = d.batch(replace(later, limit=limit - len(rest.raw)))
+        column = rest.column if more.column is not None else None
+        return replace(rest, raw=[*rest.raw, *more.raw], column=column)
+
     def _ts(self) -> str:
         cols = [self.dialect.quote(c) for c in self.options.timestamp_columns]
         return cols[0] if len(cols) == 1 else f"COALESCE({', '.join(cols)})"
@@ -186,9 +218,9 @@ class TablePoller:
                 clauses.append(f"{ts} > {mark}")
                 args.append(pos["ts"])
             elif "ts" in pos:
-                inc_mark = d.placeholder(schema, opts.incrementing_column)
-                clauses.append(f"({ts} > {mark} OR ({ts} = {mark} AND {inc} > {inc_mark}))")
-                args += [pos["ts"], pos["ts"], pos["inc"]]
+                # the later timestamps; the rest of the last one comes first (``_read``)
+                clauses.append(f"{ts} > {mark}")
+                args.append(pos["ts"])
             extra.append(ts)
             order = ts if opts.mode == "timestamp" else f"{ts}, {inc}"
         else:
