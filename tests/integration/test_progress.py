@@ -254,3 +254,17 @@ def test_tail_piped_prints_plain_lines_and_a_final_line_with_the_totals(
     assert not ZERO_RATE.search(err)
     final = rf"tail: SCN {max_scn}/{max_scn}, 3,000 events, [\d,.]+ events/s, done in [\d.]+ s"
     assert re.fullmatch(final, lines[-1]), err
+
+
+def test_a_tail_refused_at_once_is_its_error_line_alone(relay: tuple[str, int]) -> None:
+    url, max_scn = relay
+    for terminal in (False, True):
+        proc, stderr = _start(
+            ["tail", "--relay", url, "--until-caught-up", "--since-scn", str(max_scn * 2)],
+            terminal=terminal,
+        )
+        out, err = _finish(proc, stderr)
+        assert proc.returncode != 0 and out == ""
+        lines = [line for line in ANSI.sub("", err).splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("sluice: error:"), err
+        assert "ahead of everything" in lines[0]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import os
 import pty
+import re
+import time
 
 import pytest
 
@@ -173,3 +175,28 @@ def test_a_tail_counts_scns_past_its_start_up_to_the_relays_max() -> None:
     assert tail_sample(100, 300, 500, 7) == Sample(200, 400, 7, "SCN 300/500")
     assert tail_sample(100, 300, None, 7) == Sample(200, None, 7, "SCN 300")
     assert tail_sample(600, 650, 500, 3).total == 0  # already past it: a full bar
+
+
+def test_a_held_display_stopped_within_its_hold_shows_nothing_or_only_its_final_line() -> None:
+    failed, done = io.StringIO(), io.StringIO()
+    for stream, completed in ((failed, False), (done, True)):
+        display = ProgressDisplay("tail", "events", stream=stream, bar=False, hold_s=60)
+        display.update(Sample(phase="connecting"))
+        display.start()
+        display.update(Sample(5, 5, 50, "SCN 5/5"))
+        display.stop(completed=completed)
+    assert failed.getvalue() == ""  # the command's error line is all there is
+    assert re.fullmatch(r"tail: SCN 5/5, 50 events, .*done in [\d.]+ s\n", done.getvalue())
+
+
+def test_a_held_display_shows_once_its_hold_has_passed() -> None:
+    stream = io.StringIO()
+    display = ProgressDisplay("tail", "events", stream=stream, bar=False, hold_s=0.05)
+    display.update(Sample(phase="connecting"))
+    with display:
+        deadline = time.monotonic() + 30
+        while "tail: connecting" not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stream.getvalue() == "tail: connecting\n"
+    assert stream.getvalue().splitlines()[-1].startswith("tail: ")
+    assert len(stream.getvalue().splitlines()) == 2

@@ -178,7 +178,11 @@ def _isatty(stream: TextIO) -> bool:
 class ProgressDisplay:
     """``start()``, ``update(sample)`` from any thread (before ``start()`` too: the first thing
     shown), ``stop(completed=...)``; or ``with``. Started once; ``stop()`` is safe to call
-    again (it prints the final line once)."""
+    again (it prints the final line once).
+
+    ``hold_s``: nothing shows before the work has lasted that long, so a command refused at
+    once (a checkpoint from the future, a relay that is not there) is its error line alone;
+    work done within the hold shows its final line only."""
 
     def __init__(
         self,
@@ -189,8 +193,12 @@ class ProgressDisplay:
         bar: bool | None = None,
         every_s: float = PLAIN_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
+        hold_s: float = 0.0,
     ) -> None:
         self.task, self.unit, self.clock = task, unit, clock
+        self.hold_s = hold_s
+        self._hold: threading.Timer | None = None
+        self._shown = False
         self.stream = stream if stream is not None else sys.stderr
         self.bar = terminal_bar(self.stream) if bar is None else bar
         self._meter = Meter()
@@ -220,14 +228,27 @@ class ProgressDisplay:
         if self._state != "new":
             raise RuntimeError(f"progress display {self.task!r} was started already")
         self._state, self._started = "running", self.clock()
+        if self.hold_s > 0:
+            self._hold = threading.Timer(self.hold_s, self._show)
+            self._hold.daemon = True
+            self._hold.start()
+        else:
+            self._show()
+        return self
+
+    def _show(self) -> None:
+        """Start drawing (at ``start()``, or once the hold has passed)."""
+        with self._lock:
+            if self._state != "running" or self._shown:
+                return
+            self._shown = True
         if self.bar:
             self._start_bar()
-            return self
+            return
         with self._lock:
             self._line_if_due()  # the first line now: the phase it starts in
         self._ticker = threading.Thread(target=self._tick, name="progress", daemon=True)
         self._ticker.start()
-        return self
 
     def update(self, sample: Sample) -> None:
         with self._lock:
@@ -238,8 +259,15 @@ class ProgressDisplay:
     def stop(self, *, completed: bool = False) -> None:
         if self._state != "running":
             return
-        self._state = "stopped"
+        with self._lock:
+            self._state = "stopped"
+            held, self._hold = self._hold, None
         self._stopping.set()
+        if held is not None:
+            held.cancel()
+            held.join(timeout=5)  # a display it began to show is finished below
+        if not self._shown and not completed:
+            return  # stopped within the hold: the error says it all
         if self._ticker is not None:
             self._ticker.join(timeout=5)
         line = self._final(completed)

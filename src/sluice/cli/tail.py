@@ -125,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if not args.until_caught_up:
         return asyncio.run(_run(AsyncClient(config, JsonLinesConsumer(sys.stdout), store)))
-    display = ProgressDisplay("tail", "events", bar=terminal_bar(sys.stderr, data=sys.stdout))
+    display = ProgressDisplay(
+        "tail", "events", bar=terminal_bar(sys.stderr, data=sys.stdout), hold_s=HOLD_S
+    )
     progress = TailProgress(display)
     client = AsyncClient(config, JsonLinesConsumer(sys.stdout, progress.printed), store)
     return asyncio.run(progress.follow(client))
@@ -150,6 +152,10 @@ async def _run(client: AsyncClient) -> int:
         loop.add_signal_handler(sig, client.stop)
     await client.run()
     return 0
+
+
+# A tail refused at once (a checkpoint from the future, no relay) is its error line alone.
+HOLD_S = 1.0
 
 
 class TailProgress:
