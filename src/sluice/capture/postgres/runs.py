@@ -25,14 +25,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.capture.postgres.types import column_kind, same_text
-from sluice.core import wire
 from sluice.schemas import TableSchema
-from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable, arrow_encodable, key_hashes
+from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable, arrow_encodable, frame_events
 
 MIN_RUN = 64  # shorter runs: the per-row path is as fast (numpy's fixed costs)
 _TEXT = frozenset({"string", "json", "uuid", "enum", "inet6"})
 _I, _U, _N, _T, _NULL = 73, 85, 78, 116, 110
-_HEADER = np.dtype(wire.EVENT_HEADER_FIELDS)
 
 # A column's text -> its canonical values, by the kind and the row path's converter. The text
 # is typed string but not checked for UTF-8 (a cast that parses it refuses what is not); a
@@ -75,25 +73,20 @@ def _parser(kind: str, convert: Any) -> _Parse | None:
 class RunTranscoder:
     """The bulk path for one schema version of a relation."""
 
-    def __init__(self, schema: TableSchema, parsers: list[_Parse], name: bytes) -> None:
+    def __init__(self, schema: TableSchema, parsers: list[_Parse]) -> None:
+        self._schema = schema
         self._encoder = ArrowEncoder(schema)
         self._parsers = parsers
-        self._name = pa.scalar(name, pa.binary())
-        self._fixed = wire.EVENT_HEADER_SIZE + len(name)
-        self._nlen = len(name)
-        self._version = schema.version
 
     @classmethod
-    def build(
-        cls, schema: TableSchema, converters: Sequence[Any], name: bytes
-    ) -> RunTranscoder | None:
+    def build(cls, schema: TableSchema, converters: Sequence[Any]) -> RunTranscoder | None:
         """None when some column (or the key) cannot take this path."""
         if not arrow_encodable(schema):
             return None
         parsers = [_parser(c.kind, f) for c, f in zip(schema.columns, converters, strict=True)]
         if any(p is None for p in parsers):
             return None
-        return cls(schema, [p for p in parsers if p is not None], name)
+        return cls(schema, [p for p in parsers if p is not None])
 
     def events(self, payloads: list[bytes]) -> list[bytes] | None:
         """The wire events of ``payloads`` (Insert, or Update with a new tuple only), or None
@@ -118,20 +111,8 @@ class RunTranscoder:
         return self._frame(payload, keys, inserts)
 
     def _frame(self, payload: pa.Array, keys: pa.Array, inserts: np.ndarray) -> list[bytes]:
-        rows = len(payload)
-        head = np.empty(rows, dtype=_HEADER)
-        head["size"] = self._fixed + pc.binary_length(payload).to_numpy(zero_copy_only=False)
-        head["hash"] = key_hashes(keys)
-        head["op"] = np.where(inserts, ord("c"), ord("u"))
-        head["src"] = self._nlen
-        head["ver"] = self._version
-        size = wire.EVENT_HEADER_SIZE
-        headers = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(size), rows, [None, pa.py_buffer(head.view(np.uint8))]
-        ).cast(pa.binary())
-        joined = pc.binary_join_element_wise(headers, self._name, payload, b"")
-        out: list[bytes] = joined.to_pylist()
-        return out
+        ops = np.where(inserts, np.uint8(ord("c")), np.uint8(ord("u")))
+        return frame_events(self._schema, payload, keys, ops)
 
 
 def _bounds(payloads: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ class PgTable:
         self._key = codec.key_text
         schema = codec.schema
         self._row = build_row_transcoder(schema.columns, schema.primary_key, converters)
-        self.runs = RunTranscoder.build(schema, converters, self.name)  # None: rows only
+        self.runs = RunTranscoder.build(schema, converters)  # None: rows only
 
     def fast(self, tag: int, data: bytes) -> list[bytes]:
         """The wire events of an Insert/Update/Delete message, by the generated transcoder
