@@ -7,7 +7,6 @@ Each tier serves exactly what the tier above serves: the same window records, by
 from __future__ import annotations
 
 import sqlite3
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from tests.integration.support import (
     wait_for,
     wait_relay_caught_up,
 )
-from tests.integration.workload import Workload
+from tests.integration.workload import Workload, workload_thread
 
 TABLES = ["alltypes", "person", "orders"]
 
@@ -35,17 +34,6 @@ def _args(source: str, sources: list[str], data_dir: Path, port: int, *more: str
     for table in sources:
         args += ["--table", table]
     return args
-
-
-def _workload(mariadb: PrivateMariaDB, database: str, seed: int, count: int) -> threading.Thread:
-    def work() -> None:
-        conn = mariadb.connect(database)
-        Workload(conn, seed=seed).run(count)
-        conn.close()
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    return thread
 
 
 def _records(url: str, since: int, until: int) -> list[bytes]:
@@ -99,7 +87,7 @@ def test_a_chain_of_three_relays_serves_the_same_bytes_across_sigkills(
     ).start()
     start = _max_scn(top.url)
     assert _max_scn(mid.url) == start == _max_scn(low.url)
-    work = _workload(mariadb, database, seed=11, count=200)
+    work = workload_thread(mariadb, database, seed=11, count=200)
     try:
         for _ in range(2):  # the middle relay dies mid-workload, and comes back
             seen = _max_scn(low.url)
@@ -136,7 +124,7 @@ def test_a_lost_upstream_is_replaced_by_the_next(
     chained = RelayProcess(_args(upstreams, sources, tmp_path / "b", 0), tmp_path / "b.log").start()
     start = min(_max_scn(first.url), _max_scn(second.url))
     wait_for(lambda: _max_scn(chained.url) >= start, 30, "the chained relay to start")
-    work = _workload(mariadb, database, seed=5, count=120)
+    work = workload_thread(mariadb, database, seed=5, count=120)
     try:
         wait_for(lambda: _max_scn(chained.url) > start, 60, "some windows through the first")
         first.kill()

@@ -14,7 +14,7 @@ from sluice.client import Client, ClientConfig, FileCheckpointStore, RetryPolicy
 from sluice.core.event import Event
 from sluice.testing import PrivateMariaDB, RelayProcess, ReplicaConsumer, free_port
 from tests.integration.support import SLUICE, assert_replica_equals, get_json, wait_for
-from tests.integration.workload import Workload
+from tests.integration.workload import Workload, workload_thread
 
 TABLES = ["alltypes", "person", "orders"]
 
@@ -24,19 +24,6 @@ def _relay_args(db: PrivateMariaDB, sources: list[str], data_dir: Path, port: in
     for source in sources:
         args += ["--table", source]
     return args
-
-
-def _workload_thread(
-    mariadb: PrivateMariaDB, database: str, seed: int, count: int
-) -> threading.Thread:
-    def work() -> None:
-        conn = mariadb.connect(database)
-        Workload(conn, seed=seed).run(count)
-        conn.close()
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    return thread
 
 
 def _wait_relay_has(relay_url: str, conn: pymysql.Connection[Any]) -> int:
@@ -67,7 +54,7 @@ def test_relay_sigkill_mid_workload(
     )
     runner = threading.Thread(target=client.run, daemon=True)
     runner.start()
-    work = _workload_thread(mariadb, database, seed=3, count=150)
+    work = workload_thread(mariadb, database, seed=3, count=150)
     try:
         for _ in range(2):
             wait_for(lambda: replica.events > 50, 60, "some events")
@@ -120,7 +107,7 @@ def test_consumer_sigkill_resumes_from_checkpoint(
     ]
     outputs = [tmp_path / "out1.jsonl", tmp_path / "out2.jsonl"]
     try:
-        work = _workload_thread(mariadb, database, seed=5, count=150)
+        work = workload_thread(mariadb, database, seed=5, count=150)
         with outputs[0].open("w") as out:
             first = subprocess.Popen(tail, stdout=out)
             wait_for(lambda: outputs[0].stat().st_size > 20_000, 60, "tail output")

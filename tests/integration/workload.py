@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import threading
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -318,3 +319,17 @@ class Workload:
             self.transaction(self.rng.randint(1, 5), rollback=self.rng.random() < 0.1)
             if n == transactions // 2:
                 self.large_transaction(2000)
+
+
+def workload_thread(db: Any, database: str, seed: int, count: int) -> threading.Thread:
+    """``count`` random transactions of ``Workload`` on ``database``, in a thread of their own
+    (started; join it)."""
+
+    def work() -> None:
+        conn = db.connect(database)
+        Workload(conn, seed=seed).run(count)
+        conn.close()
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
