@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import fill_small_table, table, write_results
-from benchmarks.latency import _percentiles
+from benchmarks.latency import measure_clients
 from sluice.blocking_http import frames, get_json
 from sluice.capture.mysql.metadata import end_scn
-from sluice.client import AsyncClient, BaseConsumer, ClientConfig
 from sluice.core import wire
-from sluice.core.event import Event
 from sluice.testing import PrivateMariaDB, RelayProcess
 
 ROWS = 500_000
@@ -100,51 +97,6 @@ def _throughput(db: PrivateMariaDB, tmp: Path) -> dict[str, Any]:
     }
 
 
-class _Arrivals(BaseConsumer):
-    def __init__(self) -> None:
-        self.seen: dict[int, float] = {}
-
-    def on_event(self, event: Event) -> None:
-        assert event.after is not None
-        self.seen[event.after["id"]] = time.perf_counter()
-
-
-async def _latency(db: PrivateMariaDB, urls: list[str], rate: int, base: int) -> list[Any]:
-    consumers = [_Arrivals() for _ in urls]
-    clients = [
-        AsyncClient(ClientConfig(relays=(url,), since_scn=None), c)
-        for url, c in zip(urls, consumers, strict=True)
-    ]
-    tasks = [asyncio.create_task(c.run()) for c in clients]
-    await asyncio.sleep(1.0)
-    commits: dict[int, float] = {}
-
-    def work() -> None:
-        conn = db.connect()
-        cur = conn.cursor()
-        for i in range(base, base + int(rate * SECONDS)):
-            began = time.perf_counter()
-            cur.execute("INSERT INTO bench.lat VALUES (%s, 'x')", (i,))
-            commits[i] = time.perf_counter()
-            time.sleep(max(0.0, 1 / rate - (time.perf_counter() - began)))
-        conn.close()
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    while worker.is_alive():
-        await asyncio.sleep(0.1)
-    deadline = time.monotonic() + 30
-    while any(len(c.seen) < len(commits) for c in consumers) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    for client in clients:
-        client.stop()
-    await asyncio.gather(*tasks)
-    return [
-        _percentiles([(c.seen[i] - t) * 1000 for i, t in commits.items() if i in c.seen])
-        for c in consumers
-    ]
-
-
 def run() -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-chain-"))
     with PrivateMariaDB() as db:
@@ -155,7 +107,8 @@ def run() -> dict[str, Any]:
         low = _relay(top.url.replace("http://", "sluice://"), "bench.lat", tmp / "lb")
         try:
             for n, rate in enumerate(RATES):
-                first, second = asyncio.run(_latency(db, [top.url, low.url], rate, n * 100_000))
+                urls = [top.url, low.url]
+                first, second = asyncio.run(measure_clients(db, urls, rate, SECONDS, n * 100_000))
                 results[f"latency_{rate}_per_s"] = {"first_tier": first, "second_tier": second}
         finally:
             low.stop()

@@ -45,34 +45,48 @@ async def _measure(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, A
     data = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     config = RelayConfig(source=SecretStr(db.url), tables=["bench.lat"], data_dir=data, port=0)
     async with Relay(config) as relay:
-        consumer = _Arrivals()
-        client = AsyncClient(
-            ClientConfig(relays=(f"http://127.0.0.1:{relay.port}",), since_scn=None), consumer
-        )
-        task = asyncio.create_task(client.run())
-        await asyncio.sleep(0.5)
-        commits: dict[int, float] = {}
+        (found,) = await measure_clients(db, [f"http://127.0.0.1:{relay.port}"], rate, seconds)
+    return found
 
-        def work() -> None:
-            conn = db.connect()
-            cur = conn.cursor()
-            for i in range(int(rate * seconds)):
-                began = time.perf_counter()
-                cur.execute("INSERT INTO bench.lat VALUES (%s, 'x')", (i,))
-                commits[i] = time.perf_counter()
-                time.sleep(max(0.0, 1 / rate - (time.perf_counter() - began)))
-            conn.close()
 
-        worker = threading.Thread(target=work)
-        worker.start()
-        while worker.is_alive():
-            await asyncio.sleep(0.1)
-        deadline = time.monotonic() + 30
-        while len(consumer.seen) < len(commits) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+async def measure_clients(
+    db: PrivateMariaDB, urls: list[str], rate: int, seconds: float, first_id: int = 0
+) -> list[dict[str, Any]]:
+    """Commit-to-consumer latency of one client per relay in ``urls``, all reading the same
+    single-row commits into ``bench.lat`` at ``rate`` per second (ids from ``first_id``)."""
+    consumers = [_Arrivals() for _ in urls]
+    clients = [
+        AsyncClient(ClientConfig(relays=(url,), since_scn=None), consumer)
+        for url, consumer in zip(urls, consumers, strict=True)
+    ]
+    tasks = [asyncio.create_task(client.run()) for client in clients]
+    await asyncio.sleep(0.5)
+    commits: dict[int, float] = {}
+
+    def work() -> None:
+        conn = db.connect()
+        cur = conn.cursor()
+        for i in range(first_id, first_id + int(rate * seconds)):
+            began = time.perf_counter()
+            cur.execute("INSERT INTO bench.lat VALUES (%s, 'x')", (i,))
+            commits[i] = time.perf_counter()
+            time.sleep(max(0.0, 1 / rate - (time.perf_counter() - began)))
+        conn.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    while worker.is_alive():
+        await asyncio.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while any(len(c.seen) < len(commits) for c in consumers) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    for client in clients:
         client.stop()
-        await task
-    return _percentiles([(consumer.seen[i] - t) * 1000 for i, t in commits.items()])
+    await asyncio.gather(*tasks)
+    return [
+        _percentiles([(c.seen[i] - t) * 1000 for i, t in commits.items() if i in c.seen])
+        for c in consumers
+    ]
 
 
 def _direct_reader(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, Any]:
