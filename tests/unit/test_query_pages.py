@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.query import pages, poll
 from sluice.capture.query.columns import canonical
-from sluice.capture.query.dialect import Batch, Row, Select
+from sluice.capture.query.dialect import ArrayRows, Batch, Row, Select
 from sluice.capture.query.options import TableOptions
 from sluice.capture.query.poll import TablePoller
-from sluice.capture.query.postgres import _column_reader
+from sluice.capture.query.postgres import _column_reader, _csv_columns
 from sluice.capture.query.postgres import _row_path as pg_row_path
 from sluice.capture.query.sqlite import SqliteDialect
 from sluice.schemas import Column, SchemaRegistry, TableSchema
@@ -175,8 +175,16 @@ class _Pages:
     errors: tuple[type[BaseException], ...] = ()
     transient: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, schema: TableSchema, rows: list[list[Any]], convert: Any, column: Any):
+    def __init__(
+        self,
+        schema: TableSchema,
+        rows: list[list[Any]],
+        convert: Any,
+        column: Any,
+        copy: bool = False,
+    ):
         self.schema, self.all, self.convert, self.column = schema, rows, convert, column
+        self.copy = copy  # PostgreSQL's COPY: the page as CSV, read into Arrow columns
 
     def describe(self, source: str) -> TableSchema:
         return self.schema
@@ -191,6 +199,9 @@ class _Pages:
         after = int(select.args[0]) if select.args else -1
         raw = [r for r in self.all if int(r[-1]) > after][: select.limit]
         width = len(self.schema.columns)
+        if self.copy:
+            arrays = _csv_columns(pg_csv(raw), width + 1)
+            return Batch(ArrayRows(arrays), width, self.convert, self.column, arrays)
         return Batch(raw, width, self.convert, self.column)
 
     def rows(self, select: Select) -> Iterator[tuple[Row, Sequence[Any]]]:
@@ -215,11 +226,13 @@ _PG_ODD = st.sampled_from(["infinity", "-infinity", "0044-03-15 BC", "NaN"])
     rows=st.lists(st.tuples(*_PG_TEXTS), min_size=1, max_size=40),
     odd=st.one_of(st.none(), st.tuples(st.integers(0, 39), st.integers(1, 11), _PG_ODD)),
     max_inc=st.one_of(st.none(), st.integers(-5, 50)),
+    copy=st.booleans(),
 )
 def test_postgres_pages_equal_the_row_path(
     rows: list[tuple[Any, ...]],
     odd: tuple[int, int, str] | None,
     max_inc: int | None,
+    copy: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     table = [[*r, str(n)] for n, r in enumerate(rows)]
@@ -233,11 +246,54 @@ def test_postgres_pages_equal_the_row_path(
     position = {} if max_inc is None else {"max_inc": max_inc}
 
     def make() -> TablePoller:
-        dialect = _Pages(_PG_SCHEMA, table, convert, lambda i, v: readers[i](v))
+        dialect = _Pages(_PG_SCHEMA, table, convert, lambda i, v: readers[i](v), copy)
         return TablePoller("public.t", options, dialect, SchemaRegistry(), position)  # type: ignore[arg-type]
 
     fast, slow = _both(make, monkeypatch)
     assert fast == slow
+
+
+def pg_csv(rows: Sequence[Sequence[str | None]]) -> bytes:
+    """Rows as PostgreSQL's ``COPY ... (FORMAT csv)`` writes them (``CopyAttributeOutCSV``):
+    a null as nothing; a text quoted (quotes doubled) when empty or holding a comma, a quote,
+    CR or LF."""
+
+    def field(value: str | None) -> str:
+        if value is None:
+            return ""
+        if value == "" or any(c in value for c in ',"\r\n'):
+            return '"' + value.replace('"', '""') + '"'
+        return value
+
+    return b"".join((",".join(map(field, row)) + "\n").encode() for row in rows)
+
+
+_PG_TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)))
+
+
+@given(
+    rows=st.integers(0, 3).flatmap(
+        lambda width: st.lists(
+            st.lists(
+                st.one_of(st.none(), _PG_TEXT, st.sampled_from(['"', ",", "\r\n", " "])),
+                min_size=width + 1,
+                max_size=width + 1,
+            ),
+            max_size=12,
+        )
+    )
+)
+def test_copy_csv_reads_back_every_text_and_null(rows: list[list[str | None]]) -> None:
+    width = len(rows[0]) if rows else 2
+    arrays = _csv_columns(pg_csv(rows), width)
+    assert [a.to_pylist() for a in arrays] == [list(c) for c in zip(*rows, strict=True)] or (
+        not rows and all(len(a) == 0 for a in arrays)
+    )
+    lazy = ArrayRows(arrays)
+    assert len(lazy) == len(rows)
+    if rows:
+        assert lazy[-1] == tuple(rows[-1]) and lazy[0] == tuple(rows[0])
+    assert list(lazy) == [tuple(r) for r in rows]
 
 
 # MySQL's packet parser gives canonical values: (kind, source type, values, precision, scale)

@@ -10,19 +10,20 @@ position values, so a poll can skip it (``on_decode_error = "skip"``) and go on 
 A poll reads a page at once as a ``Batch``: the driver's rows, the row path's conversion of
 one (the reference), and a conversion of a whole column into the Arrow arrays the page path
 encodes (``pages.py``), which raises ``Inexact`` where it cannot give the row path's values.
+A dialect that reads a page column by column (PostgreSQL's ``COPY``) gives its raw columns as
+Arrow arrays too (``Batch.arrays``); its rows are then made from them only when asked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, overload
+
+import pyarrow as pa
 
 from sluice.errors import DecodeError
 from sluice.schemas import TableSchema
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 # Kinds a timestamp column may have, and an incrementing one.
 TIME_KINDS = frozenset({"datetime", "timestamp", "date"})
@@ -55,10 +56,56 @@ class Batch:
     # column i's raw values as the Arrow array ``schemas.arrow_encoder`` takes (raises
     # ``Inexact``); None: this page takes the row path
     column: Callable[[int, Sequence[Any]], pa.Array] | None
+    # every raw column (the row's, then the extra values) as an Arrow array of exactly the
+    # raw values (``raw`` is then ``ArrayRows`` of them); None: read columns from ``raw``
+    arrays: Sequence[pa.Array] | None = None
 
     def rows(self) -> list[tuple[Row, Sequence[Any]]]:
         """The row path: ``(canonical row, raw extra values)`` of each row."""
         return [self.convert(raw) for raw in self.raw]
+
+    def joined(self, more: Batch) -> Batch:
+        """This page's rows then ``more``'s (of the same query shape)."""
+        column = self.column if more.column is not None else None
+        if self.arrays is not None and more.arrays is not None:
+            arrays = [
+                pa.concat_arrays([a, b]) for a, b in zip(self.arrays, more.arrays, strict=True)
+            ]
+            return replace(self, raw=ArrayRows(arrays), column=column, arrays=arrays)
+        return replace(self, raw=[*self.raw, *more.raw], column=column, arrays=None)
+
+
+class ArrayRows(Sequence[tuple[Any, ...]]):
+    """Rows made from columns of raw values when first needed (the last one alone, cheaply)."""
+
+    def __init__(self, arrays: Sequence[pa.Array]) -> None:
+        self._arrays = arrays
+        self._length = len(arrays[0]) if arrays else 0
+        self._rows: list[tuple[Any, ...]] | None = None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _all(self) -> list[tuple[Any, ...]]:
+        if self._rows is None:
+            self._rows = list(zip(*(a.to_pylist() for a in self._arrays), strict=True))
+        return self._rows
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[Any, ...]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, int) and self._rows is None:
+            if not -self._length <= index < self._length:
+                raise IndexError(index)
+            return tuple(a[index].as_py() for a in self._arrays)
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._all())
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,9 @@ class PageEncoder:
         the row path must decide."""
         if batch.column is None or len(batch.raw) < MIN_ROWS:
             return None
-        columns = list(zip(*batch.raw, strict=True))
+        columns: Sequence[Sequence[Any]] = (
+            list(zip(*batch.raw, strict=True)) if batch.arrays is None else batch.arrays
+        )
         width = batch.width
         try:
             arrays = [batch.column(i, columns[i]) for i in range(width)]
@@ -90,16 +92,40 @@ class PageEncoder:
             return np.full(rows, ord("r"), dtype=np.uint8), {}
         moved: dict[str, Any] = {}
         if opts.uses_timestamp:
-            moved["ts"] = extra[0][-1]
+            moved["ts"] = _last(extra[0])
         if opts.incrementing_column is None:
             return np.full(rows, ord("u"), dtype=np.uint8), moved
         incs = extra[-1]
         if opts.uses_incrementing:
-            moved["inc"] = incs[-1]
-        values = np.array([int(v) for v in incs], dtype=np.int64)
+            moved["inc"] = _last(incs)
+        values = _integers(incs)
         highest = np.int64(int(position.get("max_inc", _LOWEST)))
         seen = np.maximum.accumulate(np.concatenate(([highest], values)))[:-1]
         new = values > seen
         if new.any():
             moved["max_inc"] = int(values.max())
         return np.where(new, np.uint8(ord("c")), np.uint8(ord("u"))), moved
+
+
+def _last(values: Sequence[Any]) -> Any:
+    return values[-1].as_py() if isinstance(values, pa.Array) else values[-1]
+
+
+def _integers(values: Sequence[Any]) -> np.ndarray:
+    """Raw incrementing values as ``int(v)`` gives them (int64): Python ints as Arrow infers
+    them, an Arrow array of integers' texts by its strict parse, else ``int`` one by one;
+    a value past 64 bits (or none) raises (the row path)."""
+    if isinstance(values, pa.Array):
+        arr = values.cast(pa.int64()) if pa.types.is_string(values.type) else values
+        if arr.type != pa.int64() or arr.null_count:
+            raise ValueError("not all 64-bit integers")
+        out: np.ndarray = arr.to_numpy()
+        return out
+    try:
+        inferred = pa.array(values)
+    except _REFUSED:
+        inferred = None
+    if inferred is not None and inferred.type == pa.int64() and not inferred.null_count:
+        ints: np.ndarray = inferred.to_numpy()
+        return ints
+    return np.array([int(v) for v in values], dtype=np.int64)

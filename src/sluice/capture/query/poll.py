@@ -175,8 +175,7 @@ class TablePoller:
         if len(rest.raw) == limit:
             return rest
         more = d.batch(replace(later, limit=limit - len(rest.raw)))
-        column = rest.column if more.column is not None else None
-        return replace(rest, raw=[*rest.raw, *more.raw], column=column)
+        return rest.joined(more)
 
     def _ts(self) -> str:
         cols = [self.dialect.quote(c) for c in self.options.timestamp_columns]
@@ -242,7 +241,7 @@ class TablePoller:
         last = batch.raw[-1][at]
         kept = [raw for raw in batch.raw if raw[at] != last]
         if kept:
-            return replace(batch, raw=kept)
+            return replace(batch, raw=kept, arrays=None)
         d = self.dialect
         mark = d.placeholder(schema, self.options.timestamp_columns[0])
         extra: tuple[str, ...] = (self._ts(),)

@@ -1,16 +1,23 @@
 """PostgreSQL for the query source (``query+postgresql://USER@HOST:PORT/DB``; tables are
 ``SCHEMA.TABLE``). Values are read in the server's text form and converted by log capture's
 own converters (as seeding does), so a polled row encodes to the bytes a captured one has.
-Position values come back as text and are bound with a cast to their column's type."""
+Position values come back as text and are bound with a cast to their column's type.
+
+A page (``batch``) is read by ``COPY (SELECT ...) TO STDOUT`` in CSV: the same output
+functions' text as a ``SELECT`` in text form, parsed into one Arrow string array per column
+by Arrow's CSV reader (a null is an unquoted empty field, an empty text a quoted one), with
+no Python object per value; its rows are made only if the row path needs them."""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg2
 import psycopg2.extensions
 import pyarrow as pa
+import pyarrow.csv as pv
 
 from sluice.capture.postgres.runs import _parser
 from sluice.capture.postgres.seed import (
@@ -25,7 +32,7 @@ from sluice.capture.postgres.setup import connect, parse_pg_url, primary_key
 from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.query.columns import converted
-from sluice.capture.query.dialect import Batch, Inexact, Row, Select, Unconverted
+from sluice.capture.query.dialect import ArrayRows, Batch, Inexact, Row, Select, Unconverted
 from sluice.core.names import split_source
 from sluice.errors import SourceConnectionError, SourceSetupError
 from sluice.schemas import Column, TableSchema
@@ -107,15 +114,26 @@ class PgDialect:
     def batch(self, select: Select) -> Batch:
         schema = select.schema
         converters = self._converters(schema)
-        with self._db().cursor() as cur:
-            self._execute(cur, select)
-            raw = cur.fetchall()
         readers = [_column_reader(c, f) for c, f in zip(schema.columns, converters, strict=True)]
+        conn = self._db()
+        arrays: list[pa.Array] | None = None
+        raw: Sequence[Sequence[Any]]
+        with conn.cursor() as cur:
+            if conn.encoding == "UTF8":
+                query = cur.mogrify(self._sql(select), select.args).decode()
+                out = io.BytesIO()
+                cur.copy_expert(f"COPY ({query}) TO STDOUT WITH (FORMAT csv)", out)
+                arrays = _csv_columns(out.getvalue(), len(schema.columns) + len(select.extra))
+                raw = ArrayRows(arrays)
+            else:
+                cur.execute(self._sql(select), select.args)
+                raw = cur.fetchall()
         return Batch(
             raw,
             len(schema.columns),
             _row_path(schema, converters),
             lambda i, values: readers[i](values),
+            arrays,
         )
 
     def _converters(self, schema: TableSchema) -> list[Callable[[str], Any]]:
@@ -123,11 +141,39 @@ class PgDialect:
         return [column_kind(oids[c.name][0])[1] for c in schema.columns]
 
     def _execute(self, cur: Any, select: Select) -> None:
+        cur.execute(self._sql(select), select.args)
+
+    def _sql(self, select: Select) -> str:
         schema = select.schema
         cols = ", ".join(_ident(c.name) for c in schema.columns)
         extra = "".join(f", ({e})::text AS _sluice_x{i}" for i, e in enumerate(select.extra))
         sql = f"SELECT {cols}{extra} FROM {_table(schema.source)} WHERE {select.where}"
-        cur.execute(sql + select.tail(), select.args)
+        return sql + select.tail()
+
+
+_CSV_PARSE = pv.ParseOptions(
+    delimiter=",", quote_char='"', double_quote=True, escape_char=False,
+    newlines_in_values=True, ignore_empty_lines=False,
+)  # fmt: skip
+
+
+def _csv_columns(data: bytes, width: int) -> list[pa.Array]:
+    """``COPY ... (FORMAT csv)`` output -> each column's texts (None for null)."""
+    names = [f"c{i}" for i in range(width)]
+    if not data:
+        return [pa.array([], pa.string()) for _ in names]
+    table = pv.read_csv(
+        io.BytesIO(data),
+        read_options=pv.ReadOptions(column_names=names, use_threads=False),
+        parse_options=_CSV_PARSE,
+        convert_options=pv.ConvertOptions(
+            column_types=dict.fromkeys(names, pa.string()),
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+    return [table.column(i).combine_chunks() for i in range(width)]
 
 
 def _row_path(
@@ -156,12 +202,16 @@ def _column_reader(
     refuse raises ``Inexact``), else by the row path's converter."""
     parse = _parser(column.kind, convert)
     if parse is None:
-        return lambda values: converted(column, convert, values)
+        return lambda values: converted(column, convert, _listed(values))
 
     def read(values: Sequence[Any]) -> pa.Array:
         try:
-            return parse(pa.array(values, pa.string()))
+            return parse(values if isinstance(values, pa.Array) else pa.array(values, pa.string()))
         except pa.ArrowInvalid as exc:
             raise Inexact(str(exc)) from None
 
     return read
+
+
+def _listed(values: Sequence[Any]) -> Sequence[Any]:
+    return values.to_pylist() if isinstance(values, pa.Array) else values
