@@ -366,3 +366,17 @@ def test_a_decimal_past_64_bits_takes_the_row_path() -> None:
     with pytest.raises(ValueError, match="64 bits"):
         canonical(column, [Decimal("1e25"), None])
     assert canonical(column, [Decimal("-1.5"), None]).to_pylist() == [-150, None]
+
+
+def test_page_columns_are_the_very_values_whatever_they_hold() -> None:
+    for rows in (
+        [(1, "a", b"x", None, 1.5), (2, "bc", b"", 7, -0.0)],
+        [(1, [1, 2]), (2, [3, 4])],  # a value that is a sequence itself
+        [(1, [1]), (2, [3, 4])],
+        [([1, 2], (3, 4)), ([5, 6], (7, 8))],  # sequences all through: zip
+    ):
+        columns = pages._columns(rows)
+        assert len(columns) == len(rows[0])
+        for column, expected in zip(columns, zip(*rows, strict=True), strict=True):
+            assert len(column) == len(expected)
+            assert all(a is b for a, b in zip(column, expected, strict=True))

@@ -64,9 +64,7 @@ class PageEncoder:
         the row path must decide."""
         if batch.column is None or len(batch.raw) < MIN_ROWS:
             return None
-        columns: Sequence[Sequence[Any]] = (
-            list(zip(*batch.raw, strict=True)) if batch.arrays is None else batch.arrays
-        )
+        columns = _columns(batch.raw) if batch.arrays is None else batch.arrays
         width = batch.width
         try:
             arrays = [batch.column(i, columns[i]) for i in range(width)]
@@ -105,6 +103,18 @@ class PageEncoder:
         if new.any():
             moved["max_inc"] = int(values.max())
         return np.where(new, np.uint8(ord("c")), np.uint8(ord("u"))), moved
+
+
+def _columns(raw: Sequence[Sequence[Any]]) -> Sequence[Sequence[Any]]:
+    """A page's rows as columns: one numpy object array (C's pace, no tuple per column),
+    its columns views of the very values; ``zip`` where a value is itself a sequence."""
+    try:
+        table = np.array(raw, dtype=object)
+    except ValueError:
+        table = None
+    if table is None or table.ndim != 2 or table.shape[0] != len(raw):
+        return list(zip(*raw, strict=True))
+    return list(table.T)
 
 
 def _last(values: Sequence[Any]) -> Any:

@@ -40,7 +40,7 @@ _NATIVE = {
 _STAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?$"
 _DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 _EXACT_UNSCALED = 2**46
-_NUMBERS = frozenset({int, float, type(None)})
+_NUMERIC = (pa.int64(), pa.float64(), pa.null())
 
 
 def column_reader(column: Column, convert: Callable[[Any], Any]) -> _Read:
@@ -100,13 +100,18 @@ def _decimal(column: Column, convert: Callable[[Any], Any]) -> _Read:
     factor = 10.0**column.scale
 
     def read(values: Sequence[Any]) -> pa.Array:
-        if column.scale <= 18 and set(map(type, values)) <= _NUMBERS:
-            nulls = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
-            x = np.array([0 if v is None else v for v in values], dtype=np.float64)
-            n = np.rint(x * factor)
-            exact = (np.abs(n) < _EXACT_UNSCALED) & (n / factor == x)
-            if exact.all():
-                return pa.array(n.astype(np.int64), pa.int64(), mask=nulls if nulls.any() else None)
+        arr = _inferred(values) if column.scale <= 18 else None
+        if arr is not None and arr.type in _NUMERIC:  # ints, floats (ints among floats: as float)
+            try:
+                x = arr.cast(pa.float64()).fill_null(0.0).to_numpy()
+            except pa.ArrowInvalid:  # an int that no float holds exactly
+                x = None
+            if x is not None:
+                n = np.rint(x * factor)
+                exact = (np.abs(n) < _EXACT_UNSCALED) & (n / factor == x)
+                if exact.all():
+                    nulls = np.asarray(arr.is_null()) if arr.null_count else None
+                    return pa.array(n.astype(np.int64), pa.int64(), mask=nulls)
         return converted(column, convert, values)
 
     return read
