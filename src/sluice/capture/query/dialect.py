@@ -23,7 +23,7 @@ from typing import Any, Protocol, overload
 import pyarrow as pa
 
 from sluice.errors import DecodeError
-from sluice.schemas import TableSchema
+from sluice.schemas import Column, TableSchema
 
 # Kinds a timestamp column may have, and an incrementing one.
 TIME_KINDS = frozenset({"datetime", "timestamp", "date"})
@@ -59,6 +59,20 @@ class Batch:
     # every raw column (the row's, then the extra values) as an Arrow array of exactly the
     # raw values (``raw`` is then ``ArrayRows`` of them); None: read columns from ``raw``
     arrays: Sequence[pa.Array] | None = None
+    # where in a raw row each extra value is, when some are the row's own columns (a query
+    # need not read a column twice); None: the values after ``width``
+    extra_at: tuple[int, ...] | None = None
+
+    def extra(self, raw: Sequence[Any]) -> Sequence[Any]:
+        """A raw row's extra values."""
+        if self.extra_at is None:
+            return raw[self.width :]
+        return tuple(raw[i] for i in self.extra_at)
+
+    def extra_columns(self, columns: Sequence[Sequence[Any]]) -> list[Sequence[Any]]:
+        """The extra values' columns among all the raw columns of the page."""
+        at = range(self.width, len(columns)) if self.extra_at is None else self.extra_at
+        return [columns[i] for i in at]
 
     def rows(self) -> list[tuple[Row, Sequence[Any]]]:
         """The row path: ``(canonical row, raw extra values)`` of each row."""
@@ -67,6 +81,8 @@ class Batch:
     def joined(self, more: Batch) -> Batch:
         """This page's rows then ``more``'s (of the same query shape)."""
         column = self.column if more.column is not None else None
+        if self.extra_at != more.extra_at:  # the same extra values read: the same layout
+            raise ValueError("pages of different layouts")
         if self.arrays is not None and more.arrays is not None:
             arrays = [
                 pa.concat_arrays([a, b]) for a, b in zip(self.arrays, more.arrays, strict=True)
@@ -106,6 +122,27 @@ class ArrayRows(Sequence[tuple[Any, ...]]):
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return iter(self._all())
+
+
+def own_extras(
+    select: Select, quote: Callable[[str], str], same: Callable[[Column], bool]
+) -> tuple[tuple[str, ...], tuple[int, ...] | None]:
+    """The extra expressions a page's query must still read, and ``Batch.extra_at``: an
+    extra that is one of the row's own columns (quoted by ``quote``) is read once, where
+    ``same(column)`` says its raw value is the extra's raw value."""
+    schema = select.schema
+    own = {quote(c.name): i for i, c in enumerate(schema.columns) if same(c)}
+    if not any(e in own for e in select.extra):
+        return select.extra, None
+    read: list[str] = []
+    at: list[int] = []
+    for e in select.extra:
+        if e in own:
+            at.append(own[e])
+        else:
+            at.append(len(schema.columns) + len(read))
+            read.append(e)
+    return tuple(read), tuple(at)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ class PageEncoder:
             arrays = [batch.column(i, columns[i]) for i in range(width)]
             if self.soft is not None and any(map(truthy, arrays[self.soft].to_pylist())):
                 return None
-            ops, moved = self._ops(columns[width:], position)
+            ops, moved = self._ops(batch.extra_columns(columns), position)
             payloads = self._encoder.payloads(arrays)
             keys = self._encoder.keys(arrays)
         except _REFUSED:

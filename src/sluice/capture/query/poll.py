@@ -144,7 +144,7 @@ class TablePoller:
                     else:
                         events.append(self._event(schema, codec, soft, row, x, position))
             if self.options.mode == "bulk":
-                key = tuple(batch.raw[-1][batch.width :])
+                key = tuple(batch.extra(batch.raw[-1]))
             yield Page(events, position, tuple(skipped))
             self.position = position
             if len(batch.raw) < limit:
@@ -237,7 +237,7 @@ class TablePoller:
         """A full page in ``timestamp`` mode, cut before its last timestamp (the next page
         starts after a timestamp, so it must hold all of them); a page of one timestamp is
         read whole."""
-        at = batch.width
+        at = batch.width if batch.extra_at is None else batch.extra_at[0]
         last = batch.raw[-1][at]
         kept = [raw for raw in batch.raw if raw[at] != last]
         if kept:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import psycopg2
@@ -32,7 +33,15 @@ from sluice.capture.postgres.setup import connect, parse_pg_url, primary_key
 from sluice.capture.postgres.tables import table_columns
 from sluice.capture.postgres.types import column_kind
 from sluice.capture.query.columns import converted
-from sluice.capture.query.dialect import ArrayRows, Batch, Inexact, Row, Select, Unconverted
+from sluice.capture.query.dialect import (
+    ArrayRows,
+    Batch,
+    Inexact,
+    Row,
+    Select,
+    Unconverted,
+    own_extras,
+)
 from sluice.core.names import split_source
 from sluice.errors import SourceConnectionError, SourceSetupError
 from sluice.schemas import Column, TableSchema
@@ -115,6 +124,8 @@ class PgDialect:
         schema = select.schema
         converters = self._converters(schema)
         readers = [_column_reader(c, f) for c, f in zip(schema.columns, converters, strict=True)]
+        extra, extra_at = own_extras(select, _ident, lambda c: c.kind in _SAME_TEXT)
+        select = replace(select, extra=extra)
         conn = self._db()
         arrays: list[pa.Array] | None = None
         raw: Sequence[Sequence[Any]]
@@ -123,7 +134,7 @@ class PgDialect:
                 query = cur.mogrify(self._sql(select), select.args).decode()
                 out = io.BytesIO()
                 cur.copy_expert(f"COPY ({query}) TO STDOUT WITH (FORMAT csv)", out)
-                arrays = _csv_columns(out.getvalue(), len(schema.columns) + len(select.extra))
+                arrays = _csv_columns(out.getvalue(), len(schema.columns) + len(extra))
                 raw = ArrayRows(arrays)
             else:
                 cur.execute(self._sql(select), select.args)
@@ -131,9 +142,10 @@ class PgDialect:
         return Batch(
             raw,
             len(schema.columns),
-            _row_path(schema, converters),
+            _row_path(schema, converters, extra_at),
             lambda i, values: readers[i](values),
             arrays,
+            extra_at,
         )
 
     def _converters(self, schema: TableSchema) -> list[Callable[[str], Any]]:
@@ -150,6 +162,10 @@ class PgDialect:
         sql = f"SELECT {cols}{extra} FROM {_table(schema.source)} WHERE {select.where}"
         return sql + select.tail()
 
+
+# Kinds whose ``(column)::text`` is the column's own text (the type's output function, no
+# cast of its own as bool, bpchar or inet have): an extra that is such a column is read once.
+_SAME_TEXT = frozenset({"int", "date", "datetime", "timestamp"})
 
 _CSV_PARSE = pv.ParseOptions(
     delimiter=",", quote_char='"', double_quote=True, escape_char=False,
@@ -177,9 +193,12 @@ def _csv_columns(data: bytes, width: int) -> list[pa.Array]:
 
 
 def _row_path(
-    schema: TableSchema, converters: list[Callable[[str], Any]]
+    schema: TableSchema,
+    converters: list[Callable[[str], Any]],
+    extra_at: tuple[int, ...] | None = None,
 ) -> Callable[[Sequence[Any]], tuple[Row, Sequence[Any]]]:
-    """One row of texts -> ``(canonical row or Unconverted, raw extra values)``."""
+    """One row of texts -> ``(canonical row or Unconverted, raw extra values)`` (the extra
+    values where ``extra_at`` says, else after the row's)."""
     width = len(schema.columns)
 
     def convert(raw: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
@@ -189,7 +208,7 @@ def _row_path(
             row = [None if v is None else c(v) for c, v in zip(converters, values, strict=True)]
         except (ValueError, OverflowError):
             row = Unconverted(_undecodable(schema, converters, values))
-        return row, raw[width:]
+        return row, raw[width:] if extra_at is None else tuple(raw[i] for i in extra_at)
 
     return convert
 

@@ -16,11 +16,12 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sluice.capture.query.dialect import Batch, Row, Select, Unconverted
+from sluice.capture.query.dialect import Batch, Row, Select, Unconverted, own_extras
 from sluice.capture.query.sqlite_columns import column_reader
 from sluice.core.names import split_source
 from sluice.errors import DecodeError, SourceSetupError
@@ -239,7 +240,8 @@ class SqliteDialect:
     def batch(self, select: Select) -> Batch:
         schema = select.schema
         converters = self._converters_of(schema)
-        cursor = self._execute(select)
+        extra, extra_at = own_extras(select, self.quote, lambda _c: True)  # read a column once
+        cursor = self._execute(replace(select, extra=extra))
         try:
             raw = cursor.fetchall()
         finally:
@@ -248,8 +250,10 @@ class SqliteDialect:
         return Batch(
             raw,
             len(schema.columns),
-            _row_path(schema, converters),
+            _row_path(schema, converters, extra_at),
             lambda i, values: readers[i](values),
+            None,
+            extra_at,
         )
 
     def _execute(self, select: Select) -> sqlite3.Cursor:
@@ -303,9 +307,12 @@ def _fast_converter(
 
 
 def _row_path(
-    schema: TableSchema, converters: list[Callable[[Any], Any]]
+    schema: TableSchema,
+    converters: list[Callable[[Any], Any]],
+    extra_at: tuple[int, ...] | None = None,
 ) -> Callable[[Sequence[Any]], tuple[Row, Sequence[Any]]]:
-    """One raw row -> ``(canonical row or Unconverted, raw extra values)``: the reference."""
+    """One raw row -> ``(canonical row or Unconverted, raw extra values)``: the reference
+    (the extra values where ``extra_at`` says, else after the row's)."""
     width = len(schema.columns)
     fast = _fast_converter(schema, converters)
 
@@ -318,7 +325,7 @@ def _row_path(
                 row = _convert(schema, converters, raw[:width])
             except DecodeError as exc:  # names the column
                 row = Unconverted(exc)
-        return row, raw[width:]
+        return row, raw[width:] if extra_at is None else tuple(raw[i] for i in extra_at)
 
     return convert
 
