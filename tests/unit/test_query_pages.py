@@ -17,12 +17,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sluice.capture.postgres.types import column_kind
-from sluice.capture.query import pages, poll
+from sluice.capture.query import pages, poll, sqlite_columns
 from sluice.capture.query.columns import canonical
 from sluice.capture.query.dialect import ArrayRows, Batch, Row, Select
 from sluice.capture.query.options import TableOptions
@@ -380,3 +382,28 @@ def test_page_columns_are_the_very_values_whatever_they_hold() -> None:
         for column, expected in zip(columns, zip(*rows, strict=True), strict=True):
             assert len(column) == len(expected)
             assert all(a is b for a, b in zip(column, expected, strict=True))
+
+
+_NEAR_STAMP = st.tuples(
+    st.one_of(_STAMP, _DIGITS, _ODD_STAMP, _DIGITS.map(lambda s: s[:10])),
+    st.integers(0, 30),
+    st.sampled_from(["0", "9", " ", "T", "-", ":", ".", "x", "é", "\n"]),
+    st.booleans(),
+).map(lambda t: t[0][: t[1]] + t[2] + t[0][t[1] + 1 :] if t[3] else t[0])
+
+
+@given(texts=st.lists(_NEAR_STAMP, min_size=1, max_size=12), same=st.booleans())
+def test_fixed_length_stamps_are_checked_as_the_regex_checks(texts: list[str], same: bool) -> None:
+    if same:  # one length, as a writer's texts usually are
+        texts = [t for t in texts if len(t.encode()) == len(texts[0].encode())]
+    arr = pa.array(texts, pa.string())
+    for pattern in (sqlite_columns._STAMP, sqlite_columns._DATE):
+        by_regex = (
+            pc.all(pc.match_substring_regex(arr, pattern)).as_py() is not False
+            and not pc.any(pc.starts_with(arr, "0000")).as_py()
+        )
+        assert sqlite_columns._shaped(arr, pattern) == by_regex
+        fixed = sqlite_columns._fixed_shape(arr, sqlite_columns._SHAPES[pattern])
+        assert fixed in (None, by_regex)
+        if same:
+            assert fixed is not None
