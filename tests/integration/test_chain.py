@@ -339,3 +339,24 @@ def test_a_window_bigger_than_the_buffer_passes_through_a_chain_exactly(
     finally:
         chained.stop()
         top.stop()
+
+
+def test_a_relay_ahead_of_its_upstream_says_so(tmp_path: Path) -> None:
+    """A chained relay whose SCN its upstream has never seen (another database's data dir, a
+    mistyped --since-scn): capture stops and /healthz says why, naming the fix."""
+    db, top = _sqlite_relay(tmp_path)
+    _insert_window(db, top.url, 0)
+    ahead = str(_max_scn(top.url) * 2)
+    args = _args(top.url.replace("http", "sluice"), ["main.t"], tmp_path / "b", 0)
+    chained = RelayProcess([*args, "--since-scn", ahead], tmp_path / "b.log").start()
+    try:
+        _, body = wait_for(
+            lambda: (s := http_status(chained.url + "/healthz"))[0] == 503 and s, 60, "a 503"
+        )
+        assert "its upstream has never seen" in str(body)
+        assert "new --data-dir" in str(body)
+        assert _max_scn(chained.url) == int(ahead)  # nothing was taken
+    finally:
+        chained.stop()
+        top.stop()
+        db.close()
