@@ -4,6 +4,7 @@ links, the followers list, and a seed's progress read from its records."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,26 @@ def test_a_seed_in_progress_shows_its_chunks_rows_and_an_eta(store: BootstrapSto
     assert progress is not None and progress["chunks_done"] == 1 and progress["rows"] == 10
     assert list(seen[("db.t", 1)]) == [0]  # read once: a later call takes it from here
     assert progress["eta_s"] is not None and progress["eta_s"] > 0
+
+
+def test_a_resumed_seed_counts_its_pace_from_its_own_run(store: BootstrapStore) -> None:
+    """Chunks an earlier run did took none of this run's time: the ETA and the rate count
+    from the resume, over the chunks done since."""
+    records = SeedRecords(store)
+    folder = Path(store.path(*records.gen_dir("db.t", 1)))
+    folder.mkdir(parents=True)
+    plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 10}
+    (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": time.time() - 3600}))
+    for index in range(5):  # done an hour ago, by a run that was killed
+        (folder / f"_done-{index:05d}.json").write_text(json.dumps({"scn": 5, "rows": 10}))
+    old = records.in_progress("db.t")
+    assert old is not None and old["eta_s"] is not None and old["eta_s"] > 3000
+    records.mark_run("db.t", 1)
+    progress = records.in_progress("db.t")
+    assert progress is not None and progress["eta_s"] is None  # nothing done by this run yet
+    assert progress["rows"] == 50 and progress["rows_per_s"] == 0
+    (folder / "_done-00005.json").write_text(json.dumps({"scn": 5, "rows": 10}))
+    progress = records.in_progress("db.t")
+    assert progress is not None and progress["eta_s"] is not None
+    assert progress["eta_s"] < 600  # 4 chunks left at this run's pace, not the hour's
+    assert progress["rows_per_s"] > 0

@@ -175,6 +175,7 @@ class SeedJob:
                 log.info(
                     "resuming seed of %s: %d of %d chunks done", source, done, len(plan.ranges)
                 )
+                self.records.mark_run(source, plan.generation)
                 return plan
         generation = (generations[-1] + 1) if generations else 1
         ranges = tuple(seeder.plan(schema, cfg.chunk_rows))

@@ -3,6 +3,8 @@
 STORE/seeds/SOURCE/gen=G/_plan.json          the key ranges (chunks) of seed generation G
 STORE/seeds/SOURCE/gen=G/chunk-NNNNN.parquet  one chunk's rows, in the snapshot's columns
 STORE/seeds/SOURCE/gen=G/_done-NNNNN.json     written after its Parquet file: {scn, rows}
+STORE/seeds/SOURCE/gen=G/_run.json           when a resumed seed's run began, with the chunks
+                                              and rows done before it (its pace and ETA)
 STORE/seeds/SOURCE/SEEDED                     the newest complete generation (min/max SCN...)
 
 Files starting with ``_`` are invisible to Spark's Parquet reader.
@@ -170,6 +172,17 @@ class SeedRecords:
         }
         self.store.write_json(body, *self.gen_dir(plan.source, plan.generation), "_plan.json")
 
+    def mark_run(self, source: str, generation: int) -> None:
+        """A run of a seed generation begins (resuming it): its pace counts from now, over
+        the chunks it does, not from the plan's creation over chunks an earlier run did."""
+        done = self.done(source, generation)
+        body = {
+            "started_at": time.time(),
+            "chunks_done": len(done),
+            "rows_done": sum(d.rows for d in done.values()),
+        }
+        self.store.write_json(body, *self.gen_dir(source, generation), "_run.json")
+
     def done(
         self, source: str, generation: int, known: Mapping[int, ChunkDone] | None = None
     ) -> dict[int, ChunkDone]:
@@ -236,21 +249,29 @@ class SeedRecords:
         if seen is not None:
             seen[key] = done
         rows = sum(d.rows for d in done.values())
-        started = float(plan.get("created_at") or time.time())
+        run = self._run(source, generation)
+        started = float(run.get("started_at") or plan.get("created_at") or time.time())
+        # this run's own chunks and rows: a resumed seed's earlier ones took no time of it
+        chunks_before, rows_before = int(run.get("chunks_done", 0)), int(run.get("rows_done", 0))
         elapsed = max(time.time() - started, 0.001)
         eta = None
-        if done and planned > len(done):
-            eta = round(elapsed / len(done) * (planned - len(done)), 1)
+        ran = len(done) - chunks_before
+        if ran > 0 and planned > len(done):
+            eta = round(elapsed / ran * (planned - len(done)), 1)
         return {
             "generation": generation,
             "state": "seeding",
             "chunks": planned,
             "chunks_done": len(done),
             "rows": rows,
-            "rows_per_s": round(rows / elapsed, 1),
+            "rows_per_s": round(max(rows - rows_before, 0) / elapsed, 1),
             "started_at": started,
             "eta_s": eta,
         }
+
+    def _run(self, source: str, generation: int) -> dict[str, Any]:
+        parts = (*self.gen_dir(source, generation), "_run.json")
+        return self.store.read_json(*parts) if self.store.exists(*parts) else {}
 
     def all_seeded(self, sources: tuple[str, ...]) -> dict[str, Seeded]:
         out = {}
