@@ -3,22 +3,27 @@ path, for tables whose every column it takes, in every mode (``capture/query/pag
 
 from __future__ import annotations
 
+import logging
 import random
 import sqlite3
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from sluice.capture.query import poll
 from sluice.capture.query.options import parse_options
 from sluice.capture.query.pages import PageEncoder
 from sluice.capture.query.poll import TablePoller
 from sluice.capture.query.url import dialect_of, parse_query_url
+from sluice.relay import RelayConfig
 from sluice.schemas import SchemaRegistry
-from sluice.testing import PrivateMariaDB
+from sluice.testing import PrivateMariaDB, RelayThread
 from sluice.testing.postgres import PrivatePostgres
+from tests.integration.support import get_json, wait_for
 
 ROWS = 700  # several pages of PAGE_ROWS
 PAGE_ROWS = 250
@@ -155,3 +160,53 @@ def test_pages_equal_the_row_path_on_a_real_server(
     assert fast == slow
     if "soft_delete_column" not in options:  # soft deletes take the row path on purpose
         assert any(encoded), "no page took the page path"
+
+
+def test_pages_the_row_path_takes_are_counted_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fallback shows: pages the row path took (soft-deleted rows in them) are counted per
+    table in /sources with why, summed in /metrics, and said once as a WARNING; a table the
+    page path never takes is said once too."""
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path)
+    db.execute(DDL["sqlite"])
+    rnd = random.Random(3)
+    db.executemany(
+        f"INSERT INTO t VALUES ({', '.join(['?'] * 14)})", [_row(i, rnd) for i in range(1, 401)]
+    )
+    db.execute("CREATE TABLE s (id INTEGER PRIMARY KEY, f DECIMAL(30,2))")  # 30 digits: rows
+    db.executemany("INSERT INTO s VALUES (?, ?)", [(i, i) for i in range(1, 101)])
+    db.commit()
+    db.close()
+    soft = {"mode": "incrementing", "incrementing_column": "id", "page_rows": PAGE_ROWS}
+    config = RelayConfig(
+        source=SecretStr(f"query+sqlite:///{path}"),
+        tables=["main.t", "main.s"],
+        data_dir=tmp_path / "relay",
+        port=0,
+        table_options={
+            "main.t": {**soft, "soft_delete_column": "deleted"},
+            "main.s": {"mode": "incrementing", "incrementing_column": "id"},
+        },
+    )
+    with caplog.at_level(logging.WARNING, "sluice"), RelayThread(config) as relay:
+        by = wait_for(
+            lambda: (
+                (b := {s["source"]: s for s in get_json(relay.url + "/sources")["sources"]})[
+                    "main.t"
+                ].get("inc")
+                in (400, "400")
+                and b.get("main.s", {}).get("inc") in (100, "100")
+                and b
+            ),
+            60,
+            "both tables polled",
+        )
+        metrics = urllib.request.urlopen(relay.url + "/metrics", timeout=30).read().decode()
+    assert by["main.t"]["row_path_pages"] == 2 and by["main.t"]["page_path_pages"] == 0
+    assert "soft-deleted rows" in by["main.t"]["row_path_why"]
+    assert "sluice_relay_capture_source_row_path_pages 2" in metrics
+    said = [r.getMessage() for r in caplog.records if "row path" in r.getMessage()]
+    assert len([m for m in said if m.startswith("main.t: a page")]) == 1  # once per reason
+    assert any("main.s takes the row path" in m and "'f'" in m for m in said)

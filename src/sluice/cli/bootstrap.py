@@ -241,46 +241,28 @@ class SeedView:
 
     def __init__(self) -> None:
         self._display: ProgressDisplay | None = None
-        self._held: threading.Timer | None = None
         self._lock = threading.Lock()
 
     def __call__(self, progress: SeedProgress) -> None:
         with self._lock:
             display = self._display
             if progress.phase == "done":  # the final line says it
-                self._show()
                 if display is not None:
+                    display.show_now()
                     display.stop(completed=True)
                 return
             if display is None or display.finished:
-                self._display = ProgressDisplay("seed", "rows")
+                self._display = ProgressDisplay("seed", "rows", hold_s=self.HOLD_S)
                 self._display.update(seed_sample(progress))
-                self._held = threading.Timer(self.HOLD_S, self._show_now)
-                self._held.daemon = True
-                self._held.start()
+                self._display.start()
                 return
-            self._show()  # planning passed: its line first, then this one
+            display.show_now()  # planning passed: its line first, then this one
             display.update(seed_sample(progress))
 
-    def _show_now(self) -> None:
-        with self._lock:
-            self._show()
-
-    def _show(self) -> None:
-        """Under the lock: start the held display."""
-        if self._held is not None:
-            self._held.cancel()
-            self._held = None
-        if self._display is not None and self._display.fresh:
-            self._display.start()
-
     def close(self) -> None:
-        """Stop a display left running (a failed or interrupted seed); one never shown stays
-        silent."""
+        """Stop a display left running (a failed or interrupted seed); one stopped within
+        its hold stays silent."""
         with self._lock:
-            if self._held is not None:
-                self._held.cancel()
-                self._held = None
             if self._display is not None:
                 self._display.stop()
 

@@ -216,11 +216,6 @@ class ProgressDisplay:
         return self._state == "running"
 
     @property
-    def fresh(self) -> bool:
-        """Not started yet."""
-        return self._state == "new"
-
-    @property
     def finished(self) -> bool:
         return self._state == "stopped"
 
@@ -236,8 +231,16 @@ class ProgressDisplay:
             self._show()
         return self
 
+    def show_now(self) -> None:
+        """End the hold early: the work is past what could refuse it at once."""
+        with self._lock:
+            held, self._hold = self._hold, None
+        if held is not None:
+            held.cancel()
+        self._show()
+
     def _show(self) -> None:
-        """Start drawing (at ``start()``, or once the hold has passed)."""
+        """Start drawing (at ``start()``, once the hold has passed, or ``show_now()``)."""
         with self._lock:
             if self._state != "running" or self._shown:
                 return

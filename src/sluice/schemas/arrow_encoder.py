@@ -49,14 +49,22 @@ class Unencodable(ValueError):
 
 def arrow_encodable(schema: TableSchema) -> bool:
     """Whether every column (and the key) can take this path."""
+    return arrow_refusal(schema) is None
+
+
+def arrow_refusal(schema: TableSchema) -> str | None:
+    """Why this path cannot take the table (a column, the key), or None when it can."""
     for col in schema.columns:
         if col.kind not in ARROW_KINDS:
-            return False
+            return f"column {col.name!r} is {col.source_type or col.kind}"
         if col.kind == "decimal" and max(col.precision, 1) > MAX_DECIMAL_PRECISION:
-            return False
+            return f"column {col.name!r} has more than {MAX_DECIMAL_PRECISION} digits"
+    if not schema.primary_key:
+        return "the table has no primary key"
     kinds = {c.name: c.kind for c in schema.columns}
     # A decimal key's text needs the Decimal the row path has; such tables take that path.
-    return bool(schema.primary_key) and all(kinds[k] != "decimal" for k in schema.primary_key)
+    decimal = next((k for k in schema.primary_key if kinds[k] == "decimal"), None)
+    return None if decimal is None else f"its key column {decimal!r} is a decimal"
 
 
 def _binary(lengths: np.ndarray, data: np.ndarray) -> pa.BinaryArray:

@@ -84,13 +84,19 @@ def open_capture(url: str, settings: CaptureSettings) -> ChainCapture:
 
 def source_info(url: str) -> dict[str, Any]:
     """The upstream's own: event formats name the database the first relay reads."""
-    for base in parse_url(url).upstreams:
+    upstreams = parse_url(url).upstreams
+    for base in upstreams:
         try:
             info = get_json(base, "/sources").get("source")
         except SluiceError:
             continue
         if isinstance(info, dict):
             return info
+    log.warning(
+        "no upstream relay (%s) said how it names its database: Debezium events of this "
+        "relay are refused until it restarts with an upstream up",
+        ", ".join(upstreams),
+    )
     return {"connector": "sluice"}
 
 
@@ -163,7 +169,9 @@ class ChainCapture:
         self._conn: http.client.HTTPConnection | None = None
         self._refused: dict[str, int] = {}  # upstream -> its oldest SCN, when it said 410
         self._unseen: set[str] = set()  # upstreams that said 409: never saw our SCN
+        self._schemas_from: str | None = None  # the upstream whose schemas are all taken
         self.failovers = 0
+        self.bootstrap_reads = 0
         self._publish()
 
     @property
@@ -175,7 +183,11 @@ class ChainCapture:
             "upstream": self.upstream,
             "upstreams": list(self.url.upstreams),
             "failovers": self.failovers,
-            **({"bootstrap": self.url.bootstrap} if self.url.bootstrap else {}),
+            **(
+                {"bootstrap": self.url.bootstrap, "bootstrap_reads": self.bootstrap_reads}
+                if self.url.bootstrap
+                else {}
+            ),
         }
 
     # -- CaptureSource -----------------------------------------------------------------------
@@ -237,10 +249,14 @@ class ChainCapture:
 
     # -- the capture thread ------------------------------------------------------------------
     def _stream_once(self) -> None:
+        """Responses of the upstream in use, one after another, until it fails or stop."""
         base = self.upstream
         try:
-            self._take_schemas(base, self.settings.tables)
-            self._stream(base)
+            if self._schemas_from != base:  # then only versions a window brings, as they come
+                self._take_schemas(base, self.settings.tables)
+                self._schemas_from = base
+            while not self._stop.is_set():
+                self._stream(base)
         except RelayUnavailable:
             self._next_upstream()
             raise
@@ -395,7 +411,8 @@ class ChainCapture:
             for frame in frames(self.url.bootstrap, "/stream", params):
                 self._take(self.url.bootstrap, frame)
             moved = self._after > before
-        self.stats.details["bootstrap_reads"] = self.stats.details.get("bootstrap_reads", 0) + 1
+        self.bootstrap_reads += 1
+        self._publish()
         return self._after > start and self._after >= until
 
     def _ahead(self, base: str, exc: CheckpointError) -> None:

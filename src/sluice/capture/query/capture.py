@@ -203,7 +203,15 @@ class QueryCapture:
             )
         finally:
             self.journal.sync()
-        self.stats.tables[source] = {"mode": self.options[source].mode, **poller.position}
+        self.stats.tables[source] = {
+            "mode": self.options[source].mode,
+            **poller.position,
+            "page_path_pages": poller.page_path_pages,
+            "row_path_pages": poller.row_path_pages,
+            "row_path_why": poller.row_path_why,
+        }
+        # the fallback in /metrics too (capture_source_row_path_pages)
+        self.stats.details["row_path_pages"] = sum(p.row_path_pages for p in self.pollers.values())
 
     def _skip(self, source: str, page: Page) -> bool:
         """Rows of a page that did not convert, by ``on_decode_error`` (``undecodable``, as

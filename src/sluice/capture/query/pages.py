@@ -25,13 +25,25 @@ import pyarrow as pa
 
 from sluice.capture.query.dialect import Batch, Inexact
 from sluice.capture.query.options import TableOptions
+from sluice.errors import first_line
 from sluice.schemas import TableSchema
-from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable, arrow_encodable, frame_events
+from sluice.schemas.arrow_encoder import (
+    ArrowEncoder,
+    Unencodable,
+    arrow_encodable,
+    arrow_refusal,
+    frame_events,
+)
 
 MIN_ROWS = 32  # shorter pages: the row path is as fast (Arrow's and numpy's fixed costs)
 _TRUE_TEXT = frozenset({"1", "t", "true", "y", "yes"})
 _LOWEST = -(2**63)  # below every incrementing value (the row path's start)
 _REFUSED = (Inexact, Unencodable, pa.ArrowException, ValueError, TypeError, OverflowError)
+
+
+def page_path_refusal(schema: TableSchema) -> str:
+    """Why a table never takes the page path."""
+    return arrow_refusal(schema) or "it takes no page path"
 
 
 def truthy(value: Any) -> bool:
@@ -51,6 +63,9 @@ class PageEncoder:
         self.options = options
         self.soft = soft
         self._encoder = ArrowEncoder(schema)
+        # why the last page this path gave back took the row path (None: a short page,
+        # which the row path takes as fast: not worth a word)
+        self.refused: str | None = None
 
     @classmethod
     def build(
@@ -61,19 +76,25 @@ class PageEncoder:
 
     def events(self, batch: Batch, position: dict[str, Any]) -> list[bytes] | None:
         """The page's events, ``position`` moved past it; None (``position`` untouched) when
-        the row path must decide."""
-        if batch.column is None or len(batch.raw) < MIN_ROWS:
+        the row path must decide (``refused`` says why)."""
+        self.refused = None
+        if len(batch.raw) < MIN_ROWS:
+            return None
+        if batch.column is None:
+            self.refused = "the driver gave this page's values in a form only rows convert"
             return None
         columns = _columns(batch.raw) if batch.arrays is None else batch.arrays
         width = batch.width
         try:
             arrays = [batch.column(i, columns[i]) for i in range(width)]
             if self.soft is not None and any(map(truthy, arrays[self.soft].to_pylist())):
+                self.refused = "soft-deleted rows (the row path makes their deletes)"
                 return None
             ops, moved = self._ops(batch.extra_columns(columns), position)
             payloads = self._encoder.payloads(arrays)
             keys = self._encoder.keys(arrays)
-        except _REFUSED:
+        except _REFUSED as exc:
+            self.refused = f"a value the column path cannot take exactly ({first_line(exc)})"
             return None
         position.update(moved)
         return frame_events(self.schema, payloads, keys, ops)

@@ -36,7 +36,7 @@ from sluice.capture.query.dialect import (
     Unconverted,
 )
 from sluice.capture.query.options import TableOptions
-from sluice.capture.query.pages import PageEncoder, truthy
+from sluice.capture.query.pages import PageEncoder, page_path_refusal, truthy
 from sluice.core import wire
 from sluice.core.event import Op
 from sluice.errors import ConfigError, SourceSetupError
@@ -106,6 +106,12 @@ class TablePoller:
         self.dialect = dialect
         self.registry = registry
         self.position: dict[str, Any] = dict(position or {})
+        # pages encoded at once, and pages the row path took (a fallback: same events, slower),
+        # with why the newest of those did; each new reason is a WARNING once
+        self.page_path_pages = 0
+        self.row_path_pages = 0
+        self.row_path_why: str | None = None
+        self._warned: set[str] = set()
 
     def schema(self) -> TableSchema:
         """The table as it is now, registered (a column added shows in the next poll)."""
@@ -126,6 +132,13 @@ class TablePoller:
         codec = self.registry.codec(schema.source, schema.version)
         soft = self._soft_index(schema)
         pages = PageEncoder.build(schema, self.options, soft)
+        if pages is None and schema.source not in self._warned:
+            self._warned.add(schema.source)
+            log.warning(
+                "%s takes the row path (same events, slower): %s",
+                self.source,
+                page_path_refusal(schema),
+            )
         while True:
             batch = self._read(schema, upper, key, limit)
             if self.options.mode == "timestamp" and len(batch.raw) == limit:
@@ -135,7 +148,10 @@ class TablePoller:
             position = dict(self.position)
             skipped: list[str] = []
             events = None if pages is None else pages.events(batch, position)
-            if events is None:  # the row path decides
+            if events is not None:
+                self.page_path_pages += 1
+            else:  # the row path decides
+                self._row_path(None if pages is None else pages.refused, len(batch.raw))
                 events = []
                 for row, x in batch.rows():
                     if isinstance(row, Unconverted):
@@ -149,6 +165,22 @@ class TablePoller:
             self.position = position
             if len(batch.raw) < limit:
                 return
+
+    def _row_path(self, why: str | None, rows: int) -> None:
+        """Count a page the row path took, and say why once per reason (a table the page path
+        never takes is said by ``schema``'s check, once)."""
+        if why is None:
+            return  # a short page, or a table the page path does not take (said once)
+        self.row_path_pages += 1
+        self.row_path_why = why
+        if why not in self._warned:
+            self._warned.add(why)
+            log.warning(
+                "%s: a page of %d rows took the row path (same events, slower): %s",
+                self.source,
+                rows,
+                why,
+            )
 
     # -- SQL ---------------------------------------------------------------------------------
     def _read(
@@ -213,11 +245,9 @@ class TablePoller:
             clauses.append(f"{ts} < {upper[0]}")
             args.append(upper[1])
             mark = d.placeholder(schema, first)
-            if "ts" in pos and opts.mode == "timestamp":
-                clauses.append(f"{ts} > {mark}")
-                args.append(pos["ts"])
-            elif "ts" in pos:
-                # the later timestamps; the rest of the last one comes first (``_read``)
+            if "ts" in pos:
+                # the later timestamps (timestamp+incrementing: after the rest of the last
+                # one, which ``_read`` asks for first)
                 clauses.append(f"{ts} > {mark}")
                 args.append(pos["ts"])
             extra.append(ts)
