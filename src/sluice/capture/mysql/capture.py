@@ -193,6 +193,7 @@ class MySQLCapture:
         self._meta: pymysql.Connection[Any] | None = None
         self._decoders: dict[int, TableDecoder | None] = {}
         self._by_signature: dict[tuple[str, bytes], TableDecoder] = {}
+        self._said_python: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def check(self) -> ServerInfo:
@@ -377,7 +378,27 @@ class MySQLCapture:
                 table_map, self._registry, self._collations(), column_info(self._metadata(), source)
             )
             self._by_signature[key] = decoder
+            self._transcoder_path(source, decoder)
         self._decoders[table_id] = decoder
+
+    def _transcoder_path(self, source: str, decoder: TableDecoder) -> None:
+        """Report which transcoder a table takes; the slower Python path says why, once."""
+        why = decoder.python_why
+        self.stats.tables[source] = {
+            "transcoder": "python" if why else "compiled",
+            "transcoder_why": why or None,
+        }
+        self.stats.details["python_transcoder_tables"] = sum(
+            1 for info in self.stats.tables.values() if info.get("transcoder") == "python"
+        )
+        if why and why not in self._said_python:
+            self._said_python.add(why)
+            log.warning(
+                "%s is decoded by the Python transcoder (several times slower than the "
+                "compiled one): %s",
+                source,
+                why,
+            )
 
     def _log_name(self, file_no: int) -> str:
         assert self._info is not None

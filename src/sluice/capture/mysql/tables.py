@@ -10,6 +10,7 @@ from sluice.capture.mysql.binlog import constants as t
 from sluice.capture.mysql.binlog.reader import Reader
 from sluice.capture.mysql.binlog.tablemap import BinlogColumn, TableMap
 from sluice.capture.mysql.binlog.values import make_decoder
+from sluice.capture.mysql.fastrows import DELETE, UPDATE, WRITE, program
 from sluice.capture.mysql.metadata import ColumnInfo
 from sluice.capture.mysql.transcode import ColumnPlan, build_transcoder
 from sluice.core import wire
@@ -113,6 +114,10 @@ class TableDecoder:
             raise DecodeError(f"source name too long: {self.source!r}", source=self.source)
         transcoder = build_transcoder(plans, table_map.primary_key, self._source, self.version)
         self._row, self._inserts = transcoder.row, transcoder.inserts
+        # The compiled twin of the transcoder where it reads every column (fastrows.py);
+        # else ``python_why`` says why this table keeps the Python path.
+        choice = program(plans, table_map.primary_key, self._source, self.version)
+        self._program, self.python_why = choice.program, choice.why
 
     def _rows(self, event_type: int, body: bytes) -> tuple[int, int]:
         """Check a rows event's header; returns (images per row, offset of the first row)."""
@@ -177,6 +182,21 @@ class TableDecoder:
 
     def _events(self, event_type: int, body: bytes) -> list[bytes]:
         _, pos = self._rows(event_type, body)
+        if self._program is not None:
+            mode = (
+                WRITE
+                if event_type in t.WRITE_ROWS
+                else DELETE
+                if event_type in t.DELETE_ROWS
+                else UPDATE
+            )
+            events: list[bytes] = self._program.events(mode, body, pos)
+            return events
+        return self.python_events(event_type, body, pos)
+
+    def python_events(self, event_type: int, body: bytes, pos: int) -> list[bytes]:
+        """The generated Python transcoder's events from ``pos`` (the compiled path's
+        reference)."""
         row, end = self._row, len(body)
         if event_type in t.WRITE_ROWS:
             return self._inserts(body, pos, end)

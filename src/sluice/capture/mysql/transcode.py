@@ -42,6 +42,7 @@ _CONT14_UNION = [b"\x02" + b for b in CONT14_VARINTS]
 Transcode = Callable[[bytes, int], tuple[bytes, "bytes | None", int]]
 
 _FIXED = {t.T_TINY: "b", t.T_SHORT: "h", t.T_LONG: "i", t.T_LONGLONG: "q", t.T_YEAR: "B"}
+FIXED_TYPES = frozenset(_FIXED)
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 _TEXT_TYPES = (t.T_VARCHAR, t.T_VAR_STRING, t.T_STRING, *t.BLOB_TYPES)
 _CACHE_LIMIT = 1 << 16
@@ -89,6 +90,20 @@ def _day_micros_cache() -> tuple[dict[int, int | None], Callable[[int], int | No
     return cache, miss
 
 
+def copyable(p: ColumnPlan) -> bool:
+    """Text stored as UTF-8 (copied without decoding) or variable-length bytes."""
+    if p.schema.kind in ("uuid", "inet6"):
+        return False
+    if p.codec is None:  # BINARY(n) is zero-padded on decode: not a plain copy
+        return p.binlog.type != t.T_STRING and p.schema.kind in ("bytes", "geometry")
+    return p.codec == "utf-8" and p.schema.kind in ("string", "json")
+
+
+def copy_width(col: BinlogColumn) -> int:
+    """Bytes of a copyable column's length prefix."""
+    return col.length if col.type in t.BLOB_TYPES else 1 if col.length < 256 else 2
+
+
 class _Generator:
     """Builds the statements of each column. A column's Avro bytes go to one or two parts,
     written ``@0`` and ``@1`` in the snippets and renamed to the function's ``p<n>`` locals;
@@ -124,7 +139,7 @@ class _Generator:
             return [f"w{i} = {read}; pos += 3", *self._long_from(i)]
         if ct == t.T_DOUBLE:
             return [f"@0 = {self._branch(p)}; @1 = data[pos : pos + 8]; pos += 8"]
-        if ct in _TEXT_TYPES and self._copyable(p) and not (in_key and p.codec is None):
+        if ct in _TEXT_TYPES and copyable(p) and not (in_key and p.codec is None):
             return self._copy(i, p, in_key)
         if in_key:
             return self._fallback(i, p, in_key)
@@ -181,17 +196,8 @@ class _Generator:
             f"if {z} < 268435456 else {prefix}_V({z})"
         )
 
-    def _copyable(self, p: ColumnPlan) -> bool:
-        """Text stored as UTF-8 (copied without decoding) or variable-length bytes."""
-        if p.schema.kind in ("uuid", "inet6"):
-            return False
-        if p.codec is None:  # BINARY(n) is zero-padded on decode: not a plain copy
-            return p.binlog.type != t.T_STRING and p.schema.kind in ("bytes", "geometry")
-        return p.codec == "utf-8" and p.schema.kind in ("string", "json")
-
     def _copy(self, i: int, p: ColumnPlan, in_key: bool) -> list[str]:
-        col = p.binlog
-        width = col.length if col.type in t.BLOB_TYPES else 1 if col.length < 256 else 2
+        width = copy_width(p.binlog)
         if width == 1:  # at most 255 bytes: a one- or two-byte length from the table
             table = "_SU" if p.union else "_S"
             lines = [f"n = data[pos]; pos += 1; @0 = {table}[n << 1]"]
