@@ -8,9 +8,11 @@ PIP ?= $(PYTHON) -m pip
 # decoder the PostgreSQL benchmark measures against), a JRE for Spark, the MariaDB JDBC
 # driver for Spark jobs that read tables directly, and the brokers the sinks write to (tests
 # start private NATS, Redis and RabbitMQ servers), and headless Chromium with its driver (the
-# console's tests). Installed only when missing.
+# console's tests), and gcc with SQLite's header for the compiled transcoder and page reader
+# (pip install -e . builds them). Installed only when missing.
 APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java postgresql \
-	postgresql-15-wal2json nats-server redis-server rabbitmq-server chromium chromium-driver
+	postgresql-15-wal2json nats-server redis-server rabbitmq-server chromium chromium-driver \
+	gcc libsqlite3-dev
 
 setup:
 	@missing=""; \
@@ -23,6 +25,8 @@ setup:
 	  { command -v redis-server >/dev/null 2>&1 || test -x /usr/bin/redis-server; } || missing="yes"; \
 	  { command -v rabbitmq-server >/dev/null 2>&1 || test -x /usr/sbin/rabbitmq-server; } || missing="yes"; \
 	  command -v chromedriver >/dev/null 2>&1 || missing="yes"; \
+	  command -v gcc >/dev/null 2>&1 || missing="yes"; \
+	  test -f /usr/include/sqlite3.h || missing="yes"; \
 	  if [ -n "$$missing" ]; then \
 	    (apt-get update -qq || true) && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \

@@ -212,6 +212,7 @@ class QueryCapture:
         }
         # the fallback in /metrics too (capture_source_row_path_pages)
         self.stats.details["row_path_pages"] = sum(p.row_path_pages for p in self.pollers.values())
+        self.stats.details.update(self.dialect.report())
 
     def _skip(self, source: str, page: Page) -> bool:
         """Rows of a page that did not convert, by ``on_decode_error`` (``undecodable``, as

@@ -45,6 +45,8 @@ def canonical(column: Column, values: Sequence[Any]) -> pa.Array:
 def converted(column: Column, convert: Callable[[Any], Any], values: Sequence[Any]) -> pa.Array:
     """Raw values through the row path's converter (None stays null); a value it refuses
     raises ``Inexact`` (the row path names the column)."""
+    if isinstance(values, pa.Array):
+        values = values.to_pylist()
     try:
         return canonical(column, [None if v is None else convert(v) for v in values])
     except (ValueError, OverflowError, ArithmeticError, TypeError) as exc:

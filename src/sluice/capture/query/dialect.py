@@ -84,17 +84,30 @@ class Batch:
         if self.extra_at != more.extra_at:  # the same extra values read: the same layout
             raise ValueError("pages of different layouts")
         if self.arrays is not None and more.arrays is not None:
-            arrays = [
-                pa.concat_arrays([a, b]) for a, b in zip(self.arrays, more.arrays, strict=True)
-            ]
+            arrays = [_concat(a, b) for a, b in zip(self.arrays, more.arrays, strict=True)]
             return replace(self, raw=ArrayRows(arrays), column=column, arrays=arrays)
         return replace(self, raw=[*self.raw, *more.raw], column=column, arrays=None)
 
 
-class ArrayRows(Sequence[tuple[Any, ...]]):
-    """Rows made from columns of raw values when first needed (the last one alone, cheaply)."""
+def _concat(a: Sequence[Any], b: Sequence[Any]) -> Any:
+    """Two pages' raw values of a column: Arrow arrays joined, else lists of values."""
+    if isinstance(a, pa.Array) and isinstance(b, pa.Array) and a.type == b.type:
+        return pa.concat_arrays([a, b])
+    return [*_values(a), *_values(b)]
 
-    def __init__(self, arrays: Sequence[pa.Array]) -> None:
+
+def _values(column: Sequence[Any]) -> list[Any]:
+    if isinstance(column, pa.Array):
+        values: list[Any] = column.to_pylist()
+        return values
+    return list(column)
+
+
+class ArrayRows(Sequence[tuple[Any, ...]]):
+    """Rows made from columns of raw values when first needed (the last one alone, cheaply);
+    a column is an Arrow array, or a list of the very values."""
+
+    def __init__(self, arrays: Sequence[Sequence[Any]]) -> None:
         self._arrays = arrays
         self._length = len(arrays[0]) if arrays else 0
         self._rows: list[tuple[Any, ...]] | None = None
@@ -104,7 +117,7 @@ class ArrayRows(Sequence[tuple[Any, ...]]):
 
     def _all(self) -> list[tuple[Any, ...]]:
         if self._rows is None:
-            self._rows = list(zip(*(a.to_pylist() for a in self._arrays), strict=True))
+            self._rows = list(zip(*map(_values, self._arrays), strict=True))
         return self._rows
 
     @overload
@@ -117,7 +130,9 @@ class ArrayRows(Sequence[tuple[Any, ...]]):
         if isinstance(index, int) and self._rows is None:
             if not -self._length <= index < self._length:
                 raise IndexError(index)
-            return tuple(a[index].as_py() for a in self._arrays)
+            return tuple(
+                a[index].as_py() if isinstance(a, pa.Array) else a[index] for a in self._arrays
+            )
         return self._all()[index]
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
@@ -205,4 +220,8 @@ class Dialect(Protocol):
 
     def batch(self, select: Select) -> Batch:
         """The query's rows read at once (a page), for the page path and the row path."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """What the dialect tells of its reads for ``/stats`` (numbers go to ``/metrics``)."""
         ...

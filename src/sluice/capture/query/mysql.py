@@ -88,6 +88,9 @@ class MySQLDialect:
             else:
                 yield values[:width], values[width:]
 
+    def report(self) -> dict[str, Any]:
+        return {}
+
     def batch(self, select: Select) -> Batch:
         """The parser's rows are canonical already: a column is its values as they are."""
         schema = select.schema

@@ -120,6 +120,9 @@ class PgDialect:
             while batch := cur.fetchmany(1000):
                 yield from map(convert, batch)
 
+    def report(self) -> dict[str, Any]:
+        return {}
+
     def batch(self, select: Select) -> Batch:
         schema = select.schema
         converters = self._converters(schema)

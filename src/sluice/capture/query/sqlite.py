@@ -12,6 +12,7 @@ epoch numbers in an ``INTEGER``/``REAL`` column.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 import sqlite3
 import time
@@ -21,8 +22,16 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from sluice.capture.query.dialect import Batch, Row, Select, Unconverted, own_extras
+from sluice.capture.query.dialect import (
+    ArrayRows,
+    Batch,
+    Row,
+    Select,
+    Unconverted,
+    own_extras,
+)
 from sluice.capture.query.sqlite_columns import column_reader
+from sluice.capture.query.sqlite_pages import PageReader
 from sluice.core.names import split_source
 from sluice.errors import DecodeError, SourceSetupError
 from sluice.schemas import Column, TableSchema
@@ -143,6 +152,9 @@ def column_of(name: str, declared: str, notnull: bool) -> tuple[Column, Callable
     return Column(name, "string", nullable, declared), _text  # CHAR, CLOB, TEXT and the rest
 
 
+log = logging.getLogger(__name__)
+
+
 class SqliteDialect:
     name = "sqlite"
     errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
@@ -152,6 +164,10 @@ class SqliteDialect:
         self.path = path
         self.conn: sqlite3.Connection | None = None
         self._converters: dict[str, list[Callable[[Any], Any]]] = {}
+        # Pages are read by the compiled reader (sqlite_pages.py) where it can; else, and
+        # for a page it refuses, through sqlite3 (counted, each reason said once).
+        self._pages: PageReader | None = None
+        self._refusals: dict[str, int] = {}
 
     def connect(self) -> None:
         if not Path(self.path).is_file():
@@ -166,11 +182,32 @@ class SqliteDialect:
             )
         except sqlite3.Error as exc:
             raise SourceSetupError(f"cannot open {self.path}: {exc}") from None
+        opened = PageReader.open(uri, 5.0)
+        if isinstance(opened, str):
+            self._refused(opened, 0)
+        else:
+            self._pages = opened
+
+    def _refused(self, why: str, pages: int) -> None:
+        if why not in self._refusals:
+            log.warning("%s: pages are read through sqlite3 (slower): %s", self.path, why)
+        self._refusals[why] = self._refusals.get(why, 0) + pages
+
+    def report(self) -> dict[str, Any]:
+        """The page reader and the pages read through sqlite3 instead, for ``/stats``."""
+        return {
+            "page_reader": "compiled" if self._pages is not None else "sqlite3",
+            "sqlite3_pages": sum(self._refusals.values()),
+            "sqlite3_pages_why": sorted(self._refusals) or None,
+        }
 
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+        if self._pages is not None:
+            self._pages.close()
+            self._pages = None
 
     def _db(self) -> sqlite3.Connection:
         if self.conn is None:
@@ -241,30 +278,49 @@ class SqliteDialect:
         schema = select.schema
         converters = self._converters_of(schema)
         extra, extra_at = own_extras(select, self.quote, lambda _c: True)  # read a column once
-        cursor = self._execute(replace(select, extra=extra))
-        try:
-            raw = cursor.fetchall()
-        finally:
-            cursor.close()
+        select = replace(select, extra=extra)
+        columns = self._read(select)
+        raw: Sequence[Sequence[Any]]
+        if columns is None:
+            cursor = self._execute(select)
+            try:
+                raw = cursor.fetchall()
+            finally:
+                cursor.close()
+        else:
+            raw = ArrayRows(columns)
         readers = _column_readers(schema, converters)
         return Batch(
             raw,
             len(schema.columns),
             _row_path(schema, converters, extra_at),
             lambda i, values: readers[i](values),
-            None,
+            columns,
             extra_at,
         )
 
+    def _read(self, select: Select) -> list[Any] | None:
+        """The page's columns by the compiled reader; None: read it through sqlite3."""
+        self._db()  # (re)connects, and opens the reader with the connection
+        if self._pages is None:
+            return None
+        columns = self._pages.read(self._sql(select), select.args)
+        if isinstance(columns, str):
+            self._refused(columns, 1)
+            return None
+        return columns
+
     def _execute(self, select: Select) -> sqlite3.Cursor:
+        return self._db().execute(self._sql(select), select.args)
+
+    def _sql(self, select: Select) -> str:
         schema = select.schema
         cols = ", ".join(self.quote(c.name) for c in schema.columns)
         extra = "".join(f", {e} AS _sluice_x{i}" for i, e in enumerate(select.extra))
-        sql = (
+        return (
             f"SELECT {cols}{extra} FROM {self.table_ref(schema.source)} "
             f"WHERE {select.where}{select.tail()}"
         )
-        return self._db().execute(sql, select.args)
 
     def _converters_of(self, schema: TableSchema) -> list[Callable[[Any], Any]]:
         return self._converters.get(schema.source) or self._describe_converters(schema)

@@ -67,6 +67,8 @@ def column_reader(column: Column, convert: Callable[[Any], Any]) -> _Read:
 
 
 def _inferred(values: Sequence[Any]) -> pa.Array | None:
+    if isinstance(values, pa.Array):  # the compiled reader's: one storage class, as inferred
+        return values
     try:
         return pa.array(values)
     except (pa.ArrowException, ValueError, TypeError, OverflowError):
