@@ -91,6 +91,8 @@ class Batch:
 
 def _concat(a: Sequence[Any], b: Sequence[Any]) -> Any:
     """Two pages' raw values of a column: Arrow arrays joined, else lists of values."""
+    if not len(a) or not len(b):  # a page's rest of its last timestamp, often empty
+        return b if not len(a) else a
     if isinstance(a, pa.Array) and isinstance(b, pa.Array) and a.type == b.type:
         return pa.concat_arrays([a, b])
     return [*_values(a), *_values(b)]
