@@ -95,7 +95,7 @@ def _source_rows_per_s(db: _Db, work: Callable[[], int]) -> tuple[float, float]:
     changes after it. Steady counts the time spent in polls that delivered rows: the waits
     between polls (``poll_interval``) are a setting, not the source's speed."""
     lock, counted = threading.Lock(), [0]
-    busy, steady_phase = [0.0], [False]
+    busy, steady_from = [0.0], [float("inf")]  # steady_from: when the first pass was read
 
     def sink(window: CapturedWindow) -> None:
         with lock:
@@ -109,8 +109,8 @@ def _source_rows_per_s(db: _Db, work: Callable[[], int]) -> tuple[float, float]:
     def timed(source: str) -> None:
         before, began = counted[0], time.perf_counter()
         poll(source)
-        if steady_phase[0] and counted[0] > before:
-            busy[0] += time.perf_counter() - began
+        if counted[0] > before:  # the part of a poll after the first pass (it may span both)
+            busy[0] += max(0.0, time.perf_counter() - max(began, steady_from[0]))
 
     capture._poll = timed  # type: ignore[attr-defined]
     capture.check()
@@ -119,8 +119,8 @@ def _source_rows_per_s(db: _Db, work: Callable[[], int]) -> tuple[float, float]:
     try:
         while counted[0] < ROWS:
             time.sleep(0.01)
-        first = ROWS / (time.perf_counter() - began)
-        steady_phase[0] = True
+        steady_from[0] = time.perf_counter()
+        first = ROWS / (steady_from[0] - began)
         expected = ROWS + work()
         while counted[0] < expected:
             time.sleep(0.005)
