@@ -96,6 +96,7 @@ def _source_rows_per_s(db: _Db, work: Callable[[], int]) -> tuple[float, float]:
     between polls (``poll_interval``) are a setting, not the source's speed."""
     lock, counted = threading.Lock(), [0]
     busy, steady_from = [0.0], [float("inf")]  # steady_from: when the first pass was read
+    expected, done = [ROWS * 2 + 1], threading.Event()  # (no target before the work is done)
 
     def sink(window: CapturedWindow) -> None:
         with lock:
@@ -111,6 +112,8 @@ def _source_rows_per_s(db: _Db, work: Callable[[], int]) -> tuple[float, float]:
         poll(source)
         if counted[0] > before:  # the part of a poll after the first pass (it may span both)
             busy[0] += max(0.0, time.perf_counter() - max(began, steady_from[0]))
+        if counted[0] >= expected[0]:
+            done.set()  # by the poll thread: the poll that read the last row is counted
 
     capture._poll = timed  # type: ignore[attr-defined]
     capture.check()
@@ -121,10 +124,10 @@ def _source_rows_per_s(db: _Db, work: Callable[[], int]) -> tuple[float, float]:
             time.sleep(0.01)
         steady_from[0] = time.perf_counter()
         first = ROWS / (steady_from[0] - began)
-        expected = ROWS + work()
-        while counted[0] < expected:
-            time.sleep(0.005)
-        steady = (expected - ROWS) / busy[0]
+        expected[0] = ROWS + work()
+        if not done.wait(600):
+            raise RuntimeError(f"the source read {counted[0]} rows of {expected[0]}")
+        steady = (expected[0] - ROWS) / busy[0]
     finally:
         capture.stop()
     return first, steady
