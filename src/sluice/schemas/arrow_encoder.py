@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.core import wire
+from sluice.schemas import arrow_frames
 from sluice.schemas.avro import TableSchema, key_formatter
 from sluice.schemas.columns import KIND
 
@@ -232,6 +233,16 @@ class ArrowEncoder:
         if len(parts) == 1:
             return parts[0]
         return pc.binary_join_element_wise(*parts, _EMPTY)
+
+    def events(self, columns: Sequence[pa.Array], keys: pa.Array, ops: np.ndarray) -> list[bytes]:
+        """The batch's wire events: by the compiled framer where it is built
+        (``arrow_frames``), else ``frame_events`` of ``payloads``."""
+        if arrow_frames.unavailable():
+            return frame_events(self.schema, self.payloads(columns), keys, ops)
+        for col, arr, nullable in zip(self.schema.columns, columns, self.nullable, strict=True):
+            if arr.null_count and not nullable:
+                raise Unencodable(f"{self.schema.source}.{col.name} is null in a row")
+        return arrow_frames.compiled_events(self.schema, columns, self.nullable, keys, ops)
 
     def keys(self, columns: Sequence[pa.Array]) -> pa.Array:
         """The canonical key text of each row (``RowCodec.key_text``)."""

@@ -32,7 +32,6 @@ from sluice.schemas.arrow_encoder import (
     Unencodable,
     arrow_encodable,
     arrow_refusal,
-    frame_events,
 )
 
 MIN_ROWS = 32  # shorter pages: the row path is as fast (Arrow's and numpy's fixed costs)
@@ -91,13 +90,12 @@ class PageEncoder:
                 self.refused = "soft-deleted rows (the row path makes their deletes)"
                 return None
             ops, moved = self._ops(batch.extra_columns(columns), position)
-            payloads = self._encoder.payloads(arrays)
-            keys = self._encoder.keys(arrays)
+            events = self._encoder.events(arrays, self._encoder.keys(arrays), ops)
         except _REFUSED as exc:
             self.refused = f"a value the column path cannot take exactly ({first_line(exc)})"
             return None
         position.update(moved)
-        return frame_events(self.schema, payloads, keys, ops)
+        return events
 
     def _ops(
         self, extra: Sequence[Sequence[Any]], position: dict[str, Any]
