@@ -16,7 +16,6 @@ the reference and the fallback:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -24,6 +23,7 @@ from typing import Any
 
 from sluice.capture.mysql.binlog import constants as t
 from sluice.capture.mysql.transcode import FIXED_TYPES, ColumnPlan, copy_width, copyable
+from sluice.schemas.compiled import pure_python_forced
 from sluice.schemas.encoder import column_encoder
 
 _rows: ModuleType | None
@@ -56,11 +56,7 @@ class Choice:
 
 def unavailable() -> str:
     """Why no table can take the compiled path ('' when it can)."""
-    if _MISSING:
-        return _MISSING
-    if os.environ.get("SLUICE_PURE_PYTHON", "") not in ("", "0"):
-        return "SLUICE_PURE_PYTHON is set"
-    return ""
+    return _MISSING or pure_python_forced()
 
 
 def program(plans: Sequence[ColumnPlan], key: Sequence[int], source: bytes, version: int) -> Choice:

@@ -38,7 +38,7 @@ from sluice.errors import (
     SourceSetupError,
     first_line,
 )
-from sluice.schemas import TableSchema
+from sluice.schemas import TableSchema, arrow_frames
 
 log = logging.getLogger(__name__)
 TAKES_TABLE_OPTIONS = True  # [tables."..."] settings (source.open_capture checks)
@@ -133,9 +133,17 @@ class QueryCapture:
             for source, options in self.options.items()
         }
         self.stats.last_scn = self.stats.source_end_scn = since
+        self._report_framer()
         self._thread = threading.Thread(target=self._run, name="sluice-query-poll", daemon=True)
         self._thread.start()
         return since
+
+    def _report_framer(self) -> None:
+        """Which framer writes the page path's events (``/stats``); the slower says why."""
+        why = arrow_frames.unavailable()
+        self.stats.details["event_framer"] = "numpy" if why else "compiled"
+        if why:
+            log.warning("pages are framed by the numpy path (slower): %s", why)
 
     def on_persisted(self, scn: int) -> None:
         self._persisted = scn

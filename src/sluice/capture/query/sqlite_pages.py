@@ -15,12 +15,13 @@ extension (built without a compiler, or ``SLUICE_PURE_PYTHON=1``) every page is 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
+
+from sluice.schemas.compiled import pure_python_forced
 
 _pages: ModuleType | None
 try:
@@ -39,11 +40,7 @@ Columns = list[pa.Array | list[Any]]
 
 def unavailable() -> str:
     """Why pages are read through ``sqlite3`` ('' when the compiled reader can read them)."""
-    if _MISSING:
-        return _MISSING
-    if os.environ.get("SLUICE_PURE_PYTHON", "") not in ("", "0"):
-        return "SLUICE_PURE_PYTHON is set"
-    return ""
+    return _MISSING or pure_python_forced()
 
 
 class PageReader:
