@@ -40,11 +40,13 @@ typedef struct {
     PyObject *list;           /* C_MIXED: the values as sqlite3 gives them */
 } Col;
 
+#define CACHED 4  /* a poll alternates a few queries: keep each prepared */
+
 typedef struct {
     PyObject_HEAD
     sqlite3 *db;
-    sqlite3_stmt *stmt;
-    PyObject *sql;  /* the prepared statement's text */
+    sqlite3_stmt *stmts[CACHED];  /* most recently used first */
+    PyObject *sqls[CACHED];       /* their texts */
 } Reader;
 
 /* 1: valid UTF-8 (as Python's strict decoder: no surrogates, no overlongs, <= U+10FFFF). */
@@ -220,32 +222,45 @@ static PyObject *sqlite_error(Reader *self) {
     return NULL;
 }
 
-static int prepare(Reader *self, PyObject *sql) {
-    if (self->stmt && self->sql && PyUnicode_Compare(self->sql, sql) == 0) {
-        sqlite3_reset(self->stmt);
-        sqlite3_clear_bindings(self->stmt);
-        return 0;
+/* The statement of `sql`, prepared once and kept, now first in the cache; NULL on error. */
+static sqlite3_stmt *prepare(Reader *self, PyObject *sql) {
+    int hit = -1;
+    for (int i = 0; i < CACHED && self->stmts[i]; i++)
+        if (PyUnicode_Compare(self->sqls[i], sql) == 0) { hit = i; break; }
+    sqlite3_stmt *st;
+    PyObject *text;
+    if (hit >= 0) {
+        st = self->stmts[hit];
+        text = self->sqls[hit];
+        sqlite3_clear_bindings(st);
+    } else {
+        Py_ssize_t len;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(sql, &len);
+        if (!utf8) return NULL;
+        if (sqlite3_prepare_v2(self->db, utf8, (int)len, &st, NULL) != SQLITE_OK) {
+            sqlite_error(self);
+            return NULL;
+        }
+        hit = CACHED - 1;  /* the least recently used goes */
+        sqlite3_finalize(self->stmts[hit]);
+        Py_XDECREF(self->sqls[hit]);
+        text = Py_NewRef(sql);
     }
-    sqlite3_finalize(self->stmt);
-    self->stmt = NULL;
-    Py_CLEAR(self->sql);
-    Py_ssize_t len;
-    const char *text = PyUnicode_AsUTF8AndSize(sql, &len);
-    if (!text) return -1;
-    if (sqlite3_prepare_v2(self->db, text, (int)len, &self->stmt, NULL) != SQLITE_OK) {
-        sqlite_error(self);
-        return -1;
+    for (int i = hit; i > 0; i--) {
+        self->stmts[i] = self->stmts[i - 1];
+        self->sqls[i] = self->sqls[i - 1];
     }
-    self->sql = Py_NewRef(sql);
-    return 0;
+    self->stmts[0] = st;
+    self->sqls[0] = text;
+    return st;
 }
 
 static PyObject *Reader_page(Reader *self, PyObject *args) {
     PyObject *sql, *params;
     if (!PyArg_ParseTuple(args, "UO!", &sql, &PyTuple_Type, &params)) return NULL;
     if (!self->db) return PyErr_Format(PyExc_ValueError, "the reader is closed");
-    if (prepare(self, sql) < 0) return NULL;
-    sqlite3_stmt *st = self->stmt;
+    sqlite3_stmt *st = prepare(self, sql);
+    if (!st) return NULL;
     if (bind(st, params)) {
         sqlite3_reset(st);
         return PyUnicode_FromString("a bound value of a type this reader does not bind");
@@ -291,9 +306,11 @@ done:
 }
 
 static PyObject *Reader_close(Reader *self, PyObject *unused) {
-    sqlite3_finalize(self->stmt);
-    self->stmt = NULL;
-    Py_CLEAR(self->sql);
+    for (int i = 0; i < CACHED; i++) {
+        sqlite3_finalize(self->stmts[i]);
+        self->stmts[i] = NULL;
+        Py_CLEAR(self->sqls[i]);
+    }
     if (self->db) sqlite3_close(self->db);
     self->db = NULL;
     Py_RETURN_NONE;
@@ -317,6 +334,9 @@ static int Reader_init(Reader *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     sqlite3_busy_timeout(self->db, timeout_ms);
+    /* Read through a memory map: a writer's commit then costs this connection no re-read of
+     * its page cache (each poll follows writes), only the pages that changed. */
+    sqlite3_exec(self->db, "PRAGMA mmap_size=1073741824", NULL, NULL, NULL);
     return 0;
 }
 
