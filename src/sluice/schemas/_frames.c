@@ -63,8 +63,8 @@ static uint8_t *room(Scratch *s, uint8_t *w, Py_ssize_t extra) {
 }
 
 /* frames(columns, rows, keys, ops, source, version) -> list of wire events.
- * columns: (wire, nullable, offset, validity, values, data) per column; keys: (offset,
- * validity, offsets, data) of the key texts (binary); ops: one byte per row. */
+ * columns: (wire, nullable, offset, validity, values, data) per column; keys: below;
+ * ops: one byte per row. */
 static PyObject *frames(PyObject *self, PyObject *args) {
     PyObject *columns, *keys;
     Py_ssize_t rows;
@@ -78,6 +78,8 @@ static PyObject *frames(PyObject *self, PyObject *args) {
     PyObject *out = NULL;
     Scratch s = {0};
     Col key = {0};
+    struct { Py_ssize_t col; const char *prefix; Py_ssize_t len; } ints[16];
+    int nints = 0;
     if (!cols) { PyErr_NoMemory(); goto done; }
     if (ops.len < rows || source.len > 255 || version < 0 || version > 65535) {
         PyErr_SetString(PyExc_ValueError, "an op per row, a source of at most 255 bytes");
@@ -98,14 +100,41 @@ static PyObject *frames(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    PyObject *kvalid, *koffsets, *kdata;
-    if (!PyArg_ParseTuple(keys, "nOOO", &key.offset, &kvalid, &koffsets, &kdata) ||
-        get(kvalid, &key.valid) < 0 || get(koffsets, &key.values) < 0 ||
-        get(kdata, &key.data) < 0)
+    /* keys: ("text", offset, validity, offsets, data) of the key texts, or ("ints",
+     * ((column, prefix), ...)): integer key columns, whose text is written here */
+    PyObject *kvalid, *koffsets, *kdata, *parts = NULL;
+    const char *form;
+    if (PyTuple_GET_SIZE(keys) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(keys, 0)) ||
+        !(form = PyUnicode_AsUTF8(PyTuple_GET_ITEM(keys, 0)))) {
+        PyErr_SetString(PyExc_ValueError, "keys: (\"text\", ...) or (\"ints\", parts)");
         goto done;
-    if (key.values.len < (key.offset + rows + 1) * 4) {
-        PyErr_SetString(PyExc_ValueError, "key offsets shorter than the rows");
-        goto done;
+    }
+    if (strcmp(form, "ints") == 0) {
+        if (!PyArg_ParseTuple(keys, "sO", &form, &parts)) goto done;
+        if (!parts || !PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) > 16) {
+            PyErr_SetString(PyExc_ValueError, "ints: up to 16 (column, prefix) pairs");
+            goto done;
+        }
+        nints = (int)PyTuple_GET_SIZE(parts);
+        for (int k = 0; k < nints; k++) {
+            if (!PyArg_ParseTuple(PyTuple_GET_ITEM(parts, k), "ny#", &ints[k].col,
+                                  &ints[k].prefix, &ints[k].len))
+                goto done;
+            if (ints[k].col < 0 || ints[k].col >= ncols || cols[ints[k].col].wire != W_LONG ||
+                ints[k].len > 512) {
+                PyErr_SetString(PyExc_ValueError, "an integer key part names no long column");
+                goto done;
+            }
+        }
+    } else {
+        if (!PyArg_ParseTuple(keys, "snOOO", &form, &key.offset, &kvalid, &koffsets, &kdata) ||
+            get(kvalid, &key.valid) < 0 || get(koffsets, &key.values) < 0 ||
+            get(kdata, &key.data) < 0)
+            goto done;
+        if (key.values.len < (key.offset + rows + 1) * 4) {
+            PyErr_SetString(PyExc_ValueError, "key offsets shorter than the rows");
+            goto done;
+        }
     }
     out = PyList_New(rows);
     if (!out) goto done;
@@ -159,13 +188,29 @@ static PyObject *frames(PyObject *self, PyObject *args) {
             }
         }
         Py_ssize_t payload = w - s.p;
-        const int32_t *koff = (const int32_t *)key.values.buf;
-        int32_t ks = koff[key.offset + r], ke = koff[key.offset + r + 1];
-        if (ks < 0 || ke < ks || ke > key.data.len) {
-            PyErr_SetString(PyExc_ValueError, "a bad key offset");
-            goto fail;
+        uint32_t hash;
+        if (nints) {  /* {"a":1,"b":2}, as ArrowEncoder.keys writes it */
+            char text[16 * (512 + 24) + 2], *t = text;
+            for (int k = 0; k < nints; k++) {
+                Col *c = &cols[ints[k].col];
+                Py_ssize_t at = c->offset + r;
+                memcpy(t, ints[k].prefix, ints[k].len);
+                t += ints[k].len;
+                if (is_valid(&c->valid, at))
+                    t += sprintf(t, "%lld", (long long)((const int64_t *)c->values.buf)[at]);
+                else { memcpy(t, "null", 4); t += 4; }
+            }
+            *t++ = '}';
+            hash = crc32_of((const uint8_t *)text, t - text);
+        } else {
+            const int32_t *koff = (const int32_t *)key.values.buf;
+            int32_t ks = koff[key.offset + r], ke = koff[key.offset + r + 1];
+            if (ks < 0 || ke < ks || ke > key.data.len) {
+                PyErr_SetString(PyExc_ValueError, "a bad key offset");
+                goto fail;
+            }
+            hash = crc32_of((const uint8_t *)key.data.buf + ks, ke - ks);
         }
-        uint32_t hash = crc32_of((const uint8_t *)key.data.buf + ks, ke - ks);
         Py_ssize_t size = HEADER_SIZE + source.len + payload;
         PyObject *event = PyBytes_FromStringAndSize(NULL, size);
         if (!event) goto fail;

@@ -206,6 +206,12 @@ class ArrowEncoder:
             (index[name], name, schema.columns[index[name]].kind)
             for name in sorted(schema.primary_key)
         ]
+        self._int_key: arrow_frames.IntKey | None = None
+        if all(kind in _INT_KEY_KINDS for _, _, kind in self.key):
+            self._int_key = [
+                (i, ("{" if n == 0 else ",") + _json_name(name) + ":")
+                for n, (i, name, _) in enumerate(self.key)
+            ]
 
     def payloads(self, columns: Sequence[pa.Array]) -> pa.Array:
         rows = len(columns[0]) if columns else 0
@@ -234,14 +240,18 @@ class ArrowEncoder:
             return parts[0]
         return pc.binary_join_element_wise(*parts, _EMPTY)
 
-    def events(self, columns: Sequence[pa.Array], keys: pa.Array, ops: np.ndarray) -> list[bytes]:
+    def events(self, columns: Sequence[pa.Array], ops: np.ndarray) -> list[bytes]:
         """The batch's wire events: by the compiled framer where it is built
-        (``arrow_frames``), else ``frame_events`` of ``payloads``."""
+        (``arrow_frames``; it writes integer keys' text itself), else ``frame_events`` of
+        ``payloads`` and ``keys``."""
         if arrow_frames.unavailable():
-            return frame_events(self.schema, self.payloads(columns), keys, ops)
+            return frame_events(self.schema, self.payloads(columns), self.keys(columns), ops)
         for col, arr, nullable in zip(self.schema.columns, columns, self.nullable, strict=True):
             if arr.null_count and not nullable:
                 raise Unencodable(f"{self.schema.source}.{col.name} is null in a row")
+        keys: pa.Array | arrow_frames.IntKey = (
+            self._int_key if self._int_key is not None else self.keys(columns)
+        )
         return arrow_frames.compiled_events(self.schema, columns, self.nullable, keys, ops)
 
     def keys(self, columns: Sequence[pa.Array]) -> pa.Array:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,7 @@ _WIRES = {"long": (1, pa.int64()), "double": (2, pa.float64()), "decimal": (3, p
 _BYTES = (4, pa.binary())
 
 Column = tuple[int, int, int, pa.Buffer | None, pa.Buffer, pa.Buffer | None]
+IntKey = Sequence[tuple[int, str]]  # (column, its JSON prefix) of integer key columns
 
 
 def unavailable() -> str:
@@ -44,23 +46,28 @@ def compiled_events(
     schema: TableSchema,
     columns: Sequence[pa.Array],
     nullable: Sequence[bool],
-    keys: pa.Array,
+    keys: pa.Array | IntKey,
     ops: np.ndarray,
 ) -> list[bytes]:
     """The batch's wire events (each an insert's payload, hashed by its key text, tagged with
-    its op), as ``frame_events(schema, payloads(columns), keys, ops)`` gives them."""
+    its op), as ``frame_events(schema, payloads(columns), keys, ops)`` gives them. ``keys``:
+    each row's key text, or the integer key columns whose text the framer writes itself
+    (``(column, '{"name":')``... in the key's order, as ``ArrowEncoder.keys`` writes it)."""
     assert _frames is not None
     prepared = [
         _column(c.kind, a, n) for c, a, n in zip(schema.columns, columns, nullable, strict=True)
     ]
-    key = keys.cast(pa.binary())
-    buffers = key.buffers()
     source = schema.source.encode()
-    rows = len(columns[0]) if columns else len(key)
+    rows = len(columns[0]) if columns else 0
+    spec: tuple[Any, ...]
+    if isinstance(keys, pa.Array):
+        key = keys.cast(pa.binary())
+        buffers = key.buffers()
+        spec = ("text", key.offset, None, buffers[1], buffers[2])
+    else:
+        spec = ("ints", tuple((i, prefix.encode()) for i, prefix in keys))
     ops = np.ascontiguousarray(ops, dtype=np.uint8)
-    events: list[bytes] = _frames.frames(
-        prepared, rows, (key.offset, None, buffers[1], buffers[2]), ops, source, schema.version
-    )
+    events: list[bytes] = _frames.frames(prepared, rows, spec, ops, source, schema.version)
     return events
 
 

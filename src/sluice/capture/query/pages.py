@@ -90,7 +90,7 @@ class PageEncoder:
                 self.refused = "soft-deleted rows (the row path makes their deletes)"
                 return None
             ops, moved = self._ops(batch.extra_columns(columns), position)
-            events = self._encoder.events(arrays, self._encoder.keys(arrays), ops)
+            events = self._encoder.events(arrays, ops)
         except _REFUSED as exc:
             self.refused = f"a value the column path cannot take exactly ({first_line(exc)})"
             return None
