@@ -221,8 +221,22 @@ def _select_expr(col: Column) -> str:
     return name
 
 
+_PARSERS: dict[tuple[Column, ...], Callable[[bytes], list[Any]]] = {}
+
+
 def row_parser(columns: Sequence[Column]) -> Callable[[bytes], list[Any]]:
-    """A function from a text-protocol row packet to the row's canonical values."""
+    """A function from a text-protocol row packet to the row's canonical values (generated
+    once per column list: a query source asks for one every page)."""
+    key = tuple(columns)
+    parse = _PARSERS.get(key)
+    if parse is None:
+        if len(_PARSERS) > 256:
+            _PARSERS.clear()
+        parse = _PARSERS[key] = _row_parser(key)
+    return parse
+
+
+def _row_parser(columns: Sequence[Column]) -> Callable[[bytes], list[Any]]:
     env: dict[str, Any] = {"NULL": _NULL}
     lines = ["def parse(d):", "    p = 0", "    out = []", "    a = out.append"]
     for i, col in enumerate(columns):
