@@ -145,9 +145,14 @@ def _check_against_reference(
 
 
 def _capture(
-    mariadb: PrivateMariaDB, sources: tuple[str, ...], start: int, stop: int
+    mariadb: PrivateMariaDB,
+    sources: tuple[str, ...],
+    start: int,
+    stop: int,
+    tables: dict[str, Any] | None = None,
 ) -> tuple[list[CapturedWindow], SchemaRegistry]:
-    """Capture ``sources`` over (start, stop]: the windows and the schemas they use."""
+    """Capture ``sources`` over (start, stop]: the windows and the schemas they use; what
+    capture reports of each table goes into ``tables``."""
     registry, windows, done = SchemaRegistry(), [], threading.Event()
 
     def sink(window: CapturedWindow) -> None:
@@ -159,6 +164,8 @@ def _capture(
     capture.start(start)
     assert done.wait(120)
     capture.stop()
+    if tables is not None:
+        tables.update(capture.stats.tables)
     return windows, registry
 
 
@@ -301,31 +308,6 @@ CREATE TABLE compiled (
 """
 
 
-def _capture_both_paths(
-    mariadb: PrivateMariaDB,
-    sources: tuple[str, ...],
-    start: int,
-    stop: int,
-    monkeypatch: pytest.MonkeyPatch,
-) -> tuple[list[CapturedWindow], list[CapturedWindow], dict[str, Any]]:
-    """The windows by the compiled path, then by the Python path; and the compiled run's
-    per-table report."""
-    registry, windows, done = SchemaRegistry(), [], threading.Event()
-
-    def sink(window: CapturedWindow) -> None:
-        windows.append(window)
-        if window.scn >= stop:
-            done.set()
-
-    capture = MySQLCapture(parse_source_url(mariadb.url).params(), sources, registry, sink)
-    capture.start(start)
-    assert done.wait(120)
-    capture.stop()
-    monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
-    python, _ = _capture(mariadb, sources, start, stop)
-    return windows, python, dict(capture.stats.tables)
-
-
 def test_the_compiled_path_gives_the_python_paths_bytes_on_a_real_server(
     mariadb: PrivateMariaDB, database: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -366,7 +348,10 @@ def test_the_compiled_path_gives_the_python_paths_bytes_on_a_real_server(
     conn.close()
 
     sources = tuple(f"{database}.{t}" for t in ("compiled", "named", "loose"))
-    compiled, python, tables = _capture_both_paths(mariadb, sources, start, stop, monkeypatch)
+    tables: dict[str, Any] = {}
+    compiled, _ = _capture(mariadb, sources, start, stop, tables)
+    monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
+    python, _ = _capture(mariadb, sources, start, stop)
     assert {tables[s]["transcoder"] for s in sources} == {"compiled"}
     assert mismatches == []  # the compiled path's bytes equal the value-by-value path's
     ours = [(w.scn, w.events) for w in compiled]
