@@ -9,6 +9,7 @@ from typing import Any
 from zlib import crc32
 
 from sluice.capture.postgres import pgoutput
+from sluice.capture.postgres.compiled import program
 from sluice.capture.postgres.runs import RunTranscoder
 from sluice.capture.postgres.setup import (
     base_types,
@@ -39,6 +40,9 @@ class PgTable:
         schema = codec.schema
         self._row = build_row_transcoder(schema.columns, schema.primary_key, converters)
         self.runs = RunTranscoder.build(schema, converters)  # None: rows only
+        # The compiled twin of both where it reads every column (compiled.py); why not, if not
+        choice = program(schema, converters)
+        self.compiled, self.python_why = choice.program, choice.why
 
     def fast(self, tag: int, data: bytes) -> list[bytes]:
         """The wire events of an Insert/Update/Delete message, by the generated transcoder

@@ -1,0 +1,252 @@
+"""The compiled pgoutput transcoder (``capture/postgres/_runs.c``) gives exactly the row path's
+events (the generated transcoder, or values + the schema's encoder where it defers) and the
+numpy run path's: on random rows of every kind it reads, NULLs, edge values, every message it
+takes (Insert, Update with and without an old key or row, Delete), keys of every shape it
+formats (int, bool, text with JSON escapes, composite, none). What it does not read exactly
+(another spelling of a value, infinity, a BC date, another time zone, an unchanged TOASTed
+value, a key change, a cut message) it hands back (None) for the Python paths to decide."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.capture.postgres import compiled, pgoutput
+from sluice.capture.postgres.capture import PostgresCapture
+from sluice.capture.postgres.tables import PgTable
+from sluice.capture.postgres.transcode import Slow
+from sluice.capture.postgres.types import column_kind
+from sluice.errors import DecodeError
+from sluice.schemas import Column, RowCodec, TableSchema
+from tests.unit.test_pg_runs import COLUMNS, _plain, _tuple
+
+pytestmark = pytest.mark.skipif(
+    compiled.unavailable() != "", reason=f"no compiled path: {compiled.unavailable()}"
+)
+_TEXTS = st.text(alphabet=st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ['"', "\\", "\n\t\r\b\f", "\x00\x01\x1f\x7f", "é😀", "\u2028"]
+)
+# (name, type OID, the server's text forms); besides test_pg_runs' kinds: a text and a bool
+# that can be key columns
+COLS: list[tuple[str, int, Any]] = [*COLUMNS, ("k", 25, _TEXTS), ("kb", 16, st.just("t"))]
+KEYS = (("id",), ("id", "k"), ("k",), ("kb", "id"), ())
+
+
+def _table(key: tuple[str, ...] = ("id",), columns: list[tuple[str, int, Any]] = COLS) -> PgTable:
+    schema = TableSchema(
+        "public.t",
+        3,
+        tuple(Column(n, column_kind(oid)[0], n not in key, "t") for n, oid, _ in columns),
+        key,
+    )
+    return PgTable("public.t", RowCodec(schema), [column_kind(oid)[1] for _, oid, _ in columns])
+
+
+def _row_path(table: PgTable, payload: bytes) -> list[bytes]:
+    """What capture's row path makes of a message (the generated transcoder, else the values
+    and the schema's encoder)."""
+    capture = PostgresCapture.__new__(PostgresCapture)
+    try:
+        return table.fast(payload[0], payload)
+    except (Slow, ValueError, IndexError, OverflowError, UnicodeDecodeError):
+        change = pgoutput.parse(payload)
+        assert isinstance(change, pgoutput.Change)
+        return capture._change(table, change)
+
+
+_REL = struct.pack(">I", 16384)
+
+
+def _insert(new: list[str | None]) -> bytes:
+    return b"I" + _REL + b"N" + _tuple(new)
+
+
+def _update(
+    new: list[str | None], old: list[str | None] | None = None, whole: bool = False
+) -> bytes:
+    head = b"" if old is None else (b"O" if whole else b"K") + _tuple(old)
+    return b"U" + _REL + head + b"N" + _tuple(new)
+
+
+def _delete(old: list[str | None], whole: bool = False) -> bytes:
+    return b"D" + _REL + (b"O" if whole else b"K") + _tuple(old)
+
+
+def _key_only(table: PgTable, values: list[str | None]) -> list[str | None]:
+    key = set(table.codec.schema.primary_key)
+    return [
+        v if c.name in key else None
+        for c, v in zip(table.codec.schema.columns, values, strict=True)
+    ]
+
+
+def _messages(table: PgTable, rows: list[tuple[Any, ...]]) -> list[bytes]:
+    """Each row as the message its first field names (old images keep the row's key)."""
+    out = []
+    for what, *values in rows:
+        if what == "insert":
+            out.append(_insert(values))
+        elif what == "update":
+            out.append(_update(values))
+        elif what == "update_key":
+            out.append(_update(values, _key_only(table, values)))
+        elif what == "update_full":
+            out.append(_update(values, values, whole=True))
+        elif what == "delete":
+            out.append(_delete(_key_only(table, values)))
+        else:
+            out.append(_delete(values, whole=True))
+    return out
+
+
+_WHAT = st.sampled_from(["insert", "update", "update_key", "update_full", "delete", "delete_full"])
+rows = st.lists(
+    st.tuples(
+        _WHAT,
+        *(
+            values if n in ("id", "k", "kb") else st.one_of(st.none(), values)
+            for n, _, values in COLS
+        ),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def _expected(table: PgTable, payloads: list[bytes]) -> list[bytes] | None:
+    try:
+        return [event for payload in payloads for event in _row_path(table, payload)]
+    except DecodeError:
+        return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=rows, key=st.sampled_from(KEYS))
+def test_a_run_gives_the_row_paths_events_byte_for_byte(
+    rows: list[tuple[Any, ...]], key: tuple[str, ...]
+) -> None:
+    table = _table(key)
+    assert table.compiled is not None, table.python_why
+    payloads = _messages(table, rows)
+    out = table.compiled.events(payloads)
+    assert out is not None, "the compiled path refused the canonical texts the server sends"
+    assert out == _expected(table, payloads)
+    if table.runs is not None and all(p[:1] == b"I" for p in payloads):
+        assert table.runs.events(payloads) == out  # and the numpy run path's
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_TEXTS, n=st.integers(-(1 << 63), (1 << 63) - 1), flag=st.sampled_from(["t", "f"]))
+def test_keys_are_the_row_paths_canonical_json(text: str, n: int, flag: str) -> None:
+    columns = [("id", 20, None), ("k", 25, None), ("kb", 16, None)]
+    for key in (("id",), ("k",), ("kb",), ("k", "id", "kb")):
+        table = _table(key, columns)
+        assert table.compiled is not None
+        payloads = [
+            _insert([str(n), text, flag]),
+            _update([str(n), text, flag], [str(n), text, flag]),
+        ]
+        assert table.compiled.events(payloads) == _expected(table, payloads)
+
+
+def _row(n: int, **changes: str | None) -> list[str | None]:
+    values = [*_plain(n), "key", "t"]
+    names = [name for name, _, _ in COLS]
+    for name, value in changes.items():
+        values[names.index(name)] = value
+    return values
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"id": "-9223372036854775808", "i2": "-32768", "f8": "-0", "b": "f"},
+        {"id": "9223372036854775807", "f8": "1e+300", "d": "0001-01-01"},
+        {"f8": "NaN", "ts": "0001-01-01 00:00:00", "tz": "9999-12-31 23:59:59.999999+00"},
+        {"f8": "-Infinity", "d": "9999-12-31", "ts": "1969-12-31 23:59:59.5"},
+        {"f8": "5e-324", "ts": "2000-02-29 12:00:00.000001", "k": 'a"b\\c\n\x01é'},
+        {"id": "007", "i4": "-0", "txt": "", "num": "-12345678901234567890.123"},
+        {"b": "true", "kb": "f"},  # not "t": false, as the row path reads it
+    ],
+)
+def test_edge_values_give_the_row_paths_bytes(changes: dict[str, str | None]) -> None:
+    for key in KEYS:
+        table = _table(key)
+        assert table.compiled is not None
+        payloads = [
+            _insert(_row(1, **changes)),
+            _update(_row(1, **changes)),
+            _update(_row(1, **changes), _row(1, **changes), whole=True),
+            _delete(_row(1, **changes), whole=True),
+        ]
+        out = table.compiled.events(payloads)
+        assert out is not None and out == _expected(table, payloads)
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"d": "infinity"}, "a date without a calendar day: the row path makes it null"),
+        ({"ts": "-infinity"}, "likewise for a timestamp"),
+        ({"d": "0044-03-15 BC"}, "a BC date"),
+        ({"d": "10000-01-01"}, "a year past 9999"),
+        ({"tz": "2024-01-02 03:04:05+02"}, "another time zone than UTC"),
+        ({"ts": "2024-01-02T03:04:05"}, "another spelling fromisoformat reads"),
+        ({"ts": "2024-01-02 03:04:05.1234567"}, "more than six fraction digits"),
+        ({"d": "2023-02-29"}, "no such day"),
+        ({"id": " 5"}, "an int with spaces (int() reads it)"),
+        ({"id": "+5"}, "an int with a sign int() reads"),
+        ({"id": "9223372036854775808"}, "an int past int64"),
+        ({"f8": "1_0"}, "a float with an underscore (float() reads it)"),
+        ({"f8": "inf"}, "an infinity the server does not spell so"),
+        ({"txt": "<toast>"}, "an unchanged TOASTed value"),
+        ({"id": None}, "a null in a column that allows none"),
+    ],
+)
+def test_what_it_does_not_read_exactly_goes_back_to_the_python_paths(
+    changes: dict[str, str | None], why: str
+) -> None:
+    table = _table()
+    assert table.compiled is not None
+    good = [_insert(_row(n)) for n in range(10)]
+    assert table.compiled.events([*good[:5], _insert(_row(5, **changes)), *good[5:]]) is None, why
+
+
+def test_messages_it_does_not_read_go_back_to_the_python_paths() -> None:
+    table = _table(("id",))
+    assert table.compiled is not None
+    good = [_insert(_row(n)) for n in range(10)]
+    key_change = _update(_row(2), _key_only(table, _row(1)))  # two events: delete, insert
+    bad_utf8_key = _table(("k",))
+    short = good[3][:-4]
+    longer = good[3] + b"x"
+    other_count = b"I" + _REL + b"N" + _tuple(_row(1)[:-1])
+    odd_marker = b"I" + _REL + b"K" + good[3][6:]
+    for odd in (key_change, short, longer, other_count, odd_marker, b"T" + good[1][1:], b"I"):
+        assert table.compiled.events([*good[:5], odd, *good[5:]]) is None
+    assert bad_utf8_key.compiled is not None
+    invalid = _insert(_row(1)).replace(b"key", b"k\xffy")
+    assert bad_utf8_key.compiled.events([invalid]) is None
+    assert table.compiled.events(good) == _expected(table, good)
+    assert table.compiled.events([]) == []
+
+
+def test_relations_with_kinds_it_does_not_read_keep_the_python_paths() -> None:
+    for oid, kind in ((1083, "time"), (17, "bytea"), (1007, "int[]"), (700, "real")):
+        table = _table(("id",), [("id", 20, None), ("x", oid, None)])
+        assert table.compiled is None and table.python_why == "column 'x' is t", kind
+    json_key = _table(("j",), [("j", 3802, None)])
+    assert json_key.compiled is None and json_key.python_why == "its key column 'j' is json"
+    date_key = _table(("d",), [("d", 1082, None)])
+    assert date_key.compiled is None and date_key.python_why == "its key column 'd' is date"
+
+
+def test_sluice_pure_python_forces_the_python_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
+    table = _table()
+    assert table.compiled is None and table.python_why == "SLUICE_PURE_PYTHON is set"
+    assert table.runs is not None  # the numpy run path stays
