@@ -263,7 +263,9 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
     postgres: PrivatePostgres, pg_database: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every change is decoded both ways (generated transcoder and values + the schema's
-    encoder): the wire events must be identical."""
+    encoder): the wire events must be identical. (The compiled transcoder, which would take
+    most of them first, is off: ``test_pg_compiled.py`` checks it.)"""
+    monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
     from sluice.capture.postgres import capture as pg_capture
     from sluice.capture.postgres import pgoutput
     from sluice.capture.postgres.transcode import Slow
@@ -322,9 +324,10 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
 class _BulkRuns:
     """Watches the bulk path (``runs.py``) of the relays a test starts: the runs it took and
     handed back (their lengths), and every taken run whose events differ from the row
-    path's."""
+    path's. The compiled transcoder, which takes runs before it, is off."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
         from sluice.capture.postgres import capture as pg_capture
         from sluice.capture.postgres.runs import RunTranscoder
 

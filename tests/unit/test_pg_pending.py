@@ -1,4 +1,4 @@
-"""PostgreSQL capture's pending windows (``capture/postgres/capture.py``'s ``_Pending``): a run
+"""PostgreSQL capture's pending windows (``capture/postgres/pending.py``'s ``Pending``): a run
 of change messages spanning several windows is split back into exactly the windows its
 messages came in, and the open transaction's part stays pending until it commits."""
 
@@ -7,13 +7,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.capture.postgres.capture import PostgresCapture, _Pending
+from sluice.capture.postgres.capture import PostgresCapture
+from sluice.capture.postgres.pending import Pending
 from sluice.capture.postgres.setup import parse_pg_url
 from sluice.capture.source import CapturedWindow, CaptureSettings
 from sluice.schemas import SchemaRegistry
 
 
-def _fill(pending: _Pending, sizes: list[int], open_part: int) -> list[tuple[int, int]]:
+def _fill(pending: Pending, sizes: list[int], open_part: int) -> list[tuple[int, int]]:
     """Append ``sizes[w]`` messages (named (window, n)) to window w and commit it, then
     ``open_part`` messages of a transaction still open."""
     messages = []
@@ -28,7 +29,7 @@ def _fill(pending: _Pending, sizes: list[int], open_part: int) -> list[tuple[int
     return messages
 
 
-def _owners(pending: _Pending) -> dict[int, int]:
+def _owners(pending: Pending) -> dict[int, int]:
     """id(window's event list) -> its window's number (the open one is the last)."""
     owners = {id(events): w for w, (_, _, events) in enumerate(pending.windows)}
     owners[id(pending.events)] = len(pending.windows)
@@ -37,7 +38,7 @@ def _owners(pending: _Pending) -> dict[int, int]:
 
 @given(st.lists(st.integers(0, 5), max_size=8), st.integers(0, 5))
 def test_each_window_gets_exactly_its_own_messages(sizes: list[int], open_part: int) -> None:
-    pending = _Pending()
+    pending = Pending()
     messages = _fill(pending, sizes, open_part)
     owners = _owners(pending)
     committed = sum(sizes)
@@ -57,7 +58,7 @@ def test_each_window_gets_exactly_its_own_messages(sizes: list[int], open_part: 
 
 
 def test_a_committed_take_with_nothing_committed_in_the_run_takes_nothing() -> None:
-    pending = _Pending()
+    pending = Pending()
     pending.commit(1, 0)  # a window before the run began
     pending.run.append("open")
     assert pending.take_run(committed=True) == ([], [])
@@ -68,7 +69,7 @@ def test_a_big_transaction_is_handed_over_in_parts_after_the_windows_before_it()
     delivered: list[CapturedWindow] = []
     settings = CaptureSettings(("public.t",), SchemaRegistry(), delivered.append, part_bytes=100)
     capture = PostgresCapture(parse_pg_url("postgresql://u@localhost:5432/db"), settings)
-    pending = _Pending()
+    pending = Pending()
     pending.events.append(b"a" * 60)
     pending.commit(1000, 5_000_000)
     pending.events += [b"b" * 60, b"c" * 30]

@@ -20,7 +20,12 @@ import psycopg2
 import psycopg2.extras
 
 from sluice.capture.postgres import pgoutput
-from sluice.capture.postgres.runs import MIN_RUN
+from sluice.capture.postgres.pending import (
+    MAX_RUN,
+    MAX_WINDOWS,
+    Pending,
+    bulk_events,
+)
 from sluice.capture.postgres.setup import (
     PgUrl,
     base_types,
@@ -144,6 +149,7 @@ class PostgresCapture:
         self._asked_at = 0.0
         self._fed_at = 0.0
         self._relations: dict[int, PgTable | None] = {}
+        self._said_python: set[str] = set()  # why relations keep the Python paths, said once
         self._meta: Any = None
 
     # -- CaptureSource -----------------------------------------------------------------------
@@ -223,7 +229,7 @@ class PostgresCapture:
             self._meta.close()
 
     def _pump(self, cur: Any) -> None:
-        pending = _Pending()
+        pending = Pending()
         confirmed = 0
         read, stopping, commit_end = cur.read_message, self._stop.is_set, pgoutput.commit_end
         while not stopping():
@@ -266,7 +272,7 @@ class PostgresCapture:
                     if table is not None and table.source not in stopped:
                         pending.events.append(table.truncate_event())
 
-    def _check_size(self, pending: _Pending) -> None:
+    def _check_size(self, pending: Pending) -> None:
         """Hand the open transaction over in parts once its events outgrow a part (after the
         windows committed before it): memory stays bounded, whatever the transaction's size."""
         limit = self.settings.part_bytes
@@ -277,7 +283,7 @@ class PostgresCapture:
             self.stats.events += len(pending.events)
             pending.hand_over()
 
-    def _deliver(self, pending: _Pending) -> None:
+    def _deliver(self, pending: Pending) -> None:
         """Hand the committed windows read so far to the sink, in commit order."""
         if not pending.windows:
             return
@@ -303,7 +309,7 @@ class PostgresCapture:
         stats.last_seen_ms = now_ms
         stats.source_end_scn = max(stats.source_end_scn, stats.last_scn)
 
-    def _changes(self, pending: _Pending, committed: bool = False) -> None:
+    def _changes(self, pending: Pending, committed: bool = False) -> None:
         """The events of the pending run of one relation's change messages (``committed``:
         only its committed windows' part), into the windows they belong to."""
         run, parts = pending.take_run(committed)
@@ -313,7 +319,7 @@ class PostgresCapture:
         table = self._relations.get(int.from_bytes(run[0].payload[1:5], "big"))
         if table is None or table.source in self.stats.stopped_sources:
             return
-        out = _bulk(table, run) if len(parts) > 1 else None
+        out = bulk_events(table, run) if len(parts) > 1 else None
         if out is not None:  # one event per message
             lo = 0
             for hi, events in parts:
@@ -330,7 +336,7 @@ class PostgresCapture:
         """One window's part of a run into its events: at once when the run is long and the
         relation's columns allow it (``runs.py``), else row by row. False: the table's
         capture stopped (``on_decode_error``)."""
-        out = _bulk(table, run)
+        out = bulk_events(table, run)
         if out is not None:
             events.extend(out)
             return True
@@ -420,7 +426,27 @@ class PostgresCapture:
         self.stats.tables[source] = {"replica_identity": identity}
         registry = self.settings.registry
         schema = registry.register(source, tuple(columns), key)
-        return PgTable(source, registry.codec(source, schema.version), converters)
+        table = PgTable(source, registry.codec(source, schema.version), converters)
+        self._transcoder_path(table)
+        return table
+
+    def _transcoder_path(self, table: PgTable) -> None:
+        """Report which transcoder a relation takes; the slower Python paths say why, once."""
+        why = table.python_why
+        self.stats.tables[table.source].update(
+            transcoder="python" if why else "compiled", transcoder_why=why or None
+        )
+        self.stats.details["python_transcoder_tables"] = sum(
+            1 for info in self.stats.tables.values() if info.get("transcoder") == "python"
+        )
+        if why and why not in self._said_python:
+            self._said_python.add(why)
+            log.warning(
+                "%s is decoded by the Python transcoders (several times slower than the "
+                "compiled one): %s",
+                table.source,
+                why,
+            )
 
     def _fast_or_slow(self, table: PgTable, payload: bytes) -> list[bytes]:
         try:
@@ -456,79 +482,6 @@ class PostgresCapture:
                 f"reading the transaction at {_lsn(at)} again without {table.source}, whose "
                 "capture stopped inside it"
             )
-
-
-# Longer runs cost more per row (cache misses) and hold more memory; shorter ones less often
-# take the bulk path.
-MAX_RUN = 4096
-# Committed windows held back while more messages wait to be read, so that many small
-# transactions of one table make one run: bounds the delay this adds (a few ms at most).
-MAX_WINDOWS = 512
-
-
-class _Pending:
-    """What the capture thread read but has not delivered: committed windows, the open
-    transaction's events, and the run of one relation's change messages not yet transcoded,
-    which may span windows (``parts`` says where each ends)."""
-
-    def __init__(self) -> None:
-        self.windows: list[tuple[int, int, list[bytes]]] = []  # end LSN, time (us), events
-        self.events: list[bytes] = []  # the open transaction's
-        self.run: list[Any] = []
-        self.relid = b""  # the run's relation, as the message's 4 bytes
-        self._cuts: list[tuple[int, list[bytes]]] = []  # (end in run, its window's events)
-        self._bytes = self._counted = 0  # of the open transaction's events: see open_bytes
-        self._handed = False  # the open transaction's first events went to the sink in parts
-        self.parted: set[int] = set()  # committed windows whose first events did so
-
-    def commit(self, end_lsn: int, ts_micros: int) -> None:
-        if self.run:  # (a window with none of the run's messages: an empty part, harmless)
-            self._cuts.append((len(self.run), self.events))
-        self.windows.append((end_lsn, ts_micros, self.events))
-        if self._handed:
-            self.parted.add(end_lsn)
-        self.events = []
-        self._bytes = self._counted = 0
-        self._handed = False
-
-    def hand_over(self) -> None:
-        """The open transaction's events so far went to the sink as a part (no run is
-        pending: ``_changes`` took it)."""
-        self.events = []
-        self._bytes = self._counted = 0
-        self._handed = True
-
-    def open_bytes(self) -> int:
-        """The size of the open transaction's events so far (counted as they come)."""
-        events = self.events
-        if len(events) < self._counted:  # a stopped source's events were dropped
-            self._bytes = self._counted = 0
-        if len(events) > self._counted:
-            self._bytes += sum(map(len, events[self._counted :]))
-            self._counted = len(events)
-        return self._bytes
-
-    def take_run(self, committed: bool) -> tuple[list[Any], list[tuple[int, list[bytes]]]]:
-        """The run (``committed``: its committed windows' part; the open transaction's part
-        stays pending), and where each window's part of it ends, with its window's events."""
-        if not committed:
-            run, parts = self.run, [*self._cuts, (len(self.run), self.events)]
-            self.run = []
-        elif self._cuts:
-            parts = self._cuts
-            run, self.run = self.run[: parts[-1][0]], self.run[parts[-1][0] :]
-        else:
-            return [], []
-        self._cuts = []
-        return run, parts
-
-
-def _bulk(table: PgTable, run: list[Any]) -> list[bytes] | None:
-    """A run's events by the bulk path (``runs.py``), one per message; None when the run is
-    short, the relation's columns do not allow it, or it refuses a value."""
-    if len(run) < MIN_RUN or table.runs is None:
-        return None
-    return table.runs.events([message.payload for message in run])
 
 
 def _lsn(value: int) -> str:

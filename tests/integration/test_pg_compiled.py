@@ -1,0 +1,172 @@
+"""PostgreSQL capture's compiled transcoder (``capture/postgres/_runs.c``) on a real server:
+the same WAL read by two slots, once with it and once with the Python paths
+(``SLUICE_PURE_PYTHON=1``), gives the same windows byte for byte; and every run it takes is
+also transcoded by the row path and must give the same events. Edge values of every kind it
+reads, NULLs, composite keys with JSON escapes, key changes, REPLICA IDENTITY FULL, a table
+without a key, values it hands back (infinity), small and large transactions."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from sluice.capture import CapturedWindow, CaptureSettings
+from sluice.capture.postgres import capture as pg_capture
+from sluice.capture.postgres import compiled, pgoutput
+from sluice.capture.postgres.capture import PostgresCapture
+from sluice.capture.postgres.setup import parse_pg_url
+from sluice.capture.postgres.transcode import Slow
+from sluice.schemas import SchemaRegistry
+from sluice.testing.postgres import PrivatePostgres
+
+pytestmark = pytest.mark.skipif(
+    compiled.unavailable() != "", reason=f"no compiled path: {compiled.unavailable()}"
+)
+TABLES = ("public.edge", "public.full_id", "public.loose", "public.timed")
+DDL = (
+    "CREATE TABLE edge (id bigint, k text, s smallint, i int, f double precision, b boolean, "
+    "t text, v varchar(10), n numeric, d date, ts timestamp, tz timestamptz, j jsonb, u uuid, "
+    "PRIMARY KEY (id, k))",
+    "CREATE TABLE full_id (id int PRIMARY KEY, v text, w int)",
+    "ALTER TABLE full_id REPLICA IDENTITY FULL",
+    "CREATE TABLE loose (a int, b text)",
+    "ALTER TABLE loose REPLICA IDENTITY FULL",  # no key: updates need the whole old row
+    "CREATE TABLE timed (id int PRIMARY KEY, at time)",  # a kind it does not read
+)
+EDGES = [
+    "(-9223372036854775808, '', -32768, -2147483648, 'NaN', true, 'x', '', 0, "
+    "'0001-01-01', '0001-01-01 00:00:00', '0001-01-01 00:00:00+00', 'null', "
+    "'00000000-0000-0000-0000-000000000000')",
+    "(9223372036854775807, 'ä \"q\" \\ \n\t', 32767, 2147483647, '-Infinity', false, "
+    "repeat('é', 300), 'abcdefghij', -12345678901234567890.125, '9999-12-31', "
+    "'9999-12-31 23:59:59.999999', '9999-12-31 23:59:59.999999+00', '{\"a\": [1, \"ü\"]}', "
+    "'ffffffff-ffff-ffff-ffff-ffffffffffff')",
+    "(0, '😀', 0, 0, '-0', NULL, NULL, NULL, NULL, '1969-12-31', '1969-12-31 23:59:59.5', "
+    "'1970-01-01 00:00:00.000001+00', NULL, NULL)",
+    "(1, 'k', 1, 1, 5e-324, true, 't', 'v', 1.5, '2000-02-29', '2000-02-29 12:34:56.789', "
+    "'2024-06-30 23:00:00+00', '[]', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11')",
+    "(2, 'k', 2, 2, 1.7976931348623157e308, false, 'f', 'w', 0.1, 'infinity', '-infinity', "
+    "'infinity', '{}', NULL)",  # infinity: the compiled path hands it back
+]
+
+
+def _workload(conn: Any) -> None:
+    with conn.cursor() as cur:
+        for row in EDGES:  # one transaction each
+            cur.execute(f"INSERT INTO edge VALUES {row}")
+        conn.autocommit = False
+        cur.execute(  # a large transaction: runs of thousands of rows
+            "INSERT INTO edge SELECT g, 'k' || g, g % 32000, g * 7, g / 7.0, g % 2 = 0, "
+            "repeat('y', g % 50), 'v' || (g % 100), g / 3.0, date '2000-01-01' + g, "
+            "timestamp '1999-12-31 23:59:59.5' + g * interval '1.25 s', "
+            "timestamptz '2020-01-01 00:00:00+00' - g * interval '1 day', "
+            "jsonb_build_object('g', g), md5(g::text)::uuid FROM generate_series(10, 5000) g"
+        )
+        conn.commit()
+        conn.autocommit = True
+        cur.execute("UPDATE edge SET f = 'Infinity', t = NULL WHERE id % 3 = 0 AND id > 5")
+        # key changes (a delete and an insert each): the Python paths take their window
+        cur.execute("UPDATE edge SET k = k || '!' WHERE id BETWEEN 20 AND 30")
+        cur.execute("DELETE FROM edge WHERE id > 4900")
+        cur.execute("INSERT INTO full_id SELECT g, 'v' || g, g FROM generate_series(1, 300) g")
+        cur.execute("UPDATE full_id SET w = NULL WHERE id < 100")
+        cur.execute("UPDATE full_id SET id = id + 1000 WHERE id > 280")
+        cur.execute("DELETE FROM full_id WHERE id < 50")
+        cur.execute("INSERT INTO loose SELECT g, 'b' || g FROM generate_series(1, 200) g")
+        cur.execute("UPDATE loose SET b = NULL WHERE a < 50")
+        cur.execute("DELETE FROM loose WHERE a > 150")
+        cur.execute("INSERT INTO timed SELECT g, '12:00' FROM generate_series(1, 100) g")
+        for g in range(300):  # small transactions: runs that span windows
+            cur.execute(f"INSERT INTO full_id VALUES ({2000 + g}, 'small', {g})")
+            cur.execute(f"UPDATE edge SET i = i + 1 WHERE id = {10 + g}")
+
+
+def _capture(url: str, start: int, stop: int) -> tuple[list[CapturedWindow], dict[str, Any]]:
+    windows: list[CapturedWindow] = []
+    done = threading.Event()
+
+    def sink(window: CapturedWindow) -> None:
+        windows.append(window)
+        if window.scn >= stop:
+            done.set()
+
+    settings = CaptureSettings(TABLES, SchemaRegistry(), sink)
+    capture = PostgresCapture(parse_pg_url(url), settings)
+    capture.start(start)
+    assert done.wait(120), "capture did not reach the workload's end"
+    capture.stop()
+    return windows, {"tables": dict(capture.stats.tables), **capture.stats.details}
+
+
+def _check_runs(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[str]]:
+    """Every run the compiled path takes is transcoded by the row path too."""
+    taken: list[int] = []
+    mismatches: list[str] = []
+    bulk = pg_capture.bulk_events
+    reference = PostgresCapture.__new__(PostgresCapture)
+
+    def row_path(table: Any, payload: bytes) -> list[bytes]:
+        try:
+            return table.fast(payload[0], payload)
+        except Slow:
+            change = pgoutput.parse(payload)
+            assert isinstance(change, pgoutput.Change)
+            return reference._change(table, change)
+
+    def watched(table: Any, run: list[Any]) -> list[bytes] | None:
+        payloads = [message.payload for message in run]
+        if table.compiled is not None and table.compiled.events(payloads) is not None:
+            out = table.compiled.events(payloads)
+            taken.append(len(run))
+            if out != [e for p in payloads for e in row_path(table, p)]:
+                mismatches.append(f"{len(run)} messages from {payloads[0][:40]!r}")
+        return bulk(table, run)
+
+    monkeypatch.setattr(pg_capture, "bulk_events", watched)
+    return taken, mismatches
+
+
+def test_the_compiled_path_gives_the_python_paths_bytes_on_a_real_server(
+    postgres: PrivatePostgres, pg_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conn = postgres.connect(pg_database)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        for statement in DDL:
+            cur.execute(statement)
+    urls = [postgres.source_url(pg_database, slot=s, publication="sluice") for s in "ab"]
+    for url in urls:  # both slots made before the workload: they read the same WAL
+        settings = CaptureSettings(TABLES, SchemaRegistry(), lambda window: None)
+        start = PostgresCapture(parse_pg_url(url), settings).check().end_scn
+    _workload(conn)
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
+        (stop,) = cur.fetchone()
+        cur.execute("INSERT INTO timed VALUES (0, NULL)")  # a commit at or after stop
+    conn.close()
+
+    taken, mismatches = _check_runs(monkeypatch)
+    fast, report = _capture(urls[0], start, stop)
+    monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
+    python, python_report = _capture(urls[1], start, stop)
+
+    assert mismatches == []
+    # all but the key changes' windows, the large transaction's runs of thousands too
+    assert sum(taken) > 8000 and max(taken) == 4096
+    assert [(w.scn, w.events) for w in fast] == [(w.scn, w.events) for w in python]
+    assert sum(len(w.events) for w in fast) > 8000
+    tables = report["tables"]
+    assert {s: tables[s]["transcoder"] for s in TABLES} == {
+        "public.edge": "compiled",
+        "public.full_id": "compiled",
+        "public.loose": "compiled",
+        "public.timed": "python",
+    }
+    assert tables["public.timed"]["transcoder_why"] == "column 'at' is time without time zone"
+    assert report["python_transcoder_tables"] == 1
+    assert python_report["python_transcoder_tables"] == len(TABLES)
+    assert {info["transcoder_why"] for info in python_report["tables"].values()} == {
+        "SLUICE_PURE_PYTHON is set"
+    }
