@@ -72,6 +72,11 @@ from sluice.schemas.columns import UNCHANGED_TOAST
 
 log = logging.getLogger(__name__)
 TAKES_TABLE_OPTIONS = False  # no [tables."..."] settings (a ``SourceKind``)
+# The walsender sends each message with its own send() while its client keeps up, and about
+# twice as fast when they pile up (benchmarks/pg_capture.py): after reading a burst this big,
+# wait this long before reading on. Only a busy stream waits, at most this long.
+BUSY_BURST = 256
+BUSY_PAUSE = 0.01
 
 
 class _PgInfo:
@@ -232,6 +237,7 @@ class PostgresCapture:
         pending = Pending()
         confirmed = 0
         read, stopping, commit_end = cur.read_message, self._stop.is_set, pgoutput.commit_end
+        burst = 0  # messages read since the last time all that arrived was read
         while not stopping():
             message = read()
             if message is None:  # all that arrived is read: deliver what it made
@@ -239,6 +245,11 @@ class PostgresCapture:
                 idle = not pending.events and not pending.run  # no transaction open
                 confirmed = self._feedback(cur, confirmed, idle)
                 self._slot_details(confirmed)
+                if burst >= BUSY_BURST:  # a busy stream: let the server's sends pile up
+                    burst = 0
+                    time.sleep(BUSY_PAUSE)
+                    continue
+                burst = 0
                 ready, _, _ = select.select([cur], [], [], 0.5)
                 if ready:  # the server said something (at least the keepalive asked for
                     # each idle second): a frozen server says nothing, and /healthz sees it
@@ -246,6 +257,7 @@ class PostgresCapture:
                 continue
             payload = message.payload
             tag = payload[0]
+            burst += 1
             if tag in CHANGE_TAGS:
                 if payload[1:5] != pending.relid or len(pending.run) >= MAX_RUN:
                     self._changes(pending)
