@@ -14,10 +14,9 @@ import pytest
 
 from sluice.capture import CapturedWindow, CaptureSettings
 from sluice.capture.postgres import capture as pg_capture
-from sluice.capture.postgres import compiled, pgoutput
+from sluice.capture.postgres import compiled
 from sluice.capture.postgres.capture import PostgresCapture
 from sluice.capture.postgres.setup import parse_pg_url
-from sluice.capture.postgres.transcode import Slow
 from sluice.schemas import SchemaRegistry
 from sluice.testing.postgres import PrivatePostgres
 
@@ -105,22 +104,13 @@ def _check_runs(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[str]]:
     taken: list[int] = []
     mismatches: list[str] = []
     bulk = pg_capture.bulk_events
-    reference = PostgresCapture.__new__(PostgresCapture)
-
-    def row_path(table: Any, payload: bytes) -> list[bytes]:
-        try:
-            return table.fast(payload[0], payload)
-        except Slow:
-            change = pgoutput.parse(payload)
-            assert isinstance(change, pgoutput.Change)
-            return reference._change(table, change)
 
     def watched(table: Any, run: list[Any]) -> list[bytes] | None:
         payloads = [message.payload for message in run]
         if table.compiled is not None and table.compiled.events(payloads) is not None:
             out = table.compiled.events(payloads)
             taken.append(len(run))
-            if out != [e for p in payloads for e in row_path(table, p)]:
+            if out != [e for p in payloads for e in table.row_events(p)]:
                 mismatches.append(f"{len(run)} messages from {payloads[0][:40]!r}")
         return bulk(table, run)
 

@@ -266,15 +266,15 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
     encoder): the wire events must be identical. (The compiled transcoder, which would take
     most of them first, is off: ``test_pg_compiled.py`` checks it.)"""
     monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
-    from sluice.capture.postgres import capture as pg_capture
     from sluice.capture.postgres import pgoutput
+    from sluice.capture.postgres.tables import PgTable
     from sluice.capture.postgres.transcode import Slow
 
     compared: list[int] = []
     mismatches: list[str] = []
 
-    def both(self: Any, table: Any, payload: bytes) -> list[bytes]:
-        slow = self._change(table, pgoutput.parse(payload))
+    def both(table: Any, payload: bytes) -> list[bytes]:
+        slow = table.change_events(pgoutput.parse(payload))
         try:
             fast = table.fast(payload[0], payload)
         except Slow:
@@ -284,7 +284,7 @@ def test_the_generated_transcoder_equals_the_value_path_byte_for_byte(
             mismatches.append(f"{payload[:60]!r}")
         return slow
 
-    monkeypatch.setattr(pg_capture.PostgresCapture, "_fast_or_slow", both)
+    monkeypatch.setattr(PgTable, "row_events", both)
     conn = postgres.connect(pg_database)
     with conn.cursor() as cur:
         cur.execute(

@@ -15,10 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sluice.capture.postgres import compiled, pgoutput
-from sluice.capture.postgres.capture import PostgresCapture
+from sluice.capture.postgres import compiled
 from sluice.capture.postgres.tables import PgTable
-from sluice.capture.postgres.transcode import Slow
 from sluice.capture.postgres.types import column_kind
 from sluice.errors import DecodeError
 from sluice.schemas import Column, RowCodec, TableSchema
@@ -49,13 +47,7 @@ def _table(key: tuple[str, ...] = ("id",), columns: list[tuple[str, int, Any]] =
 def _row_path(table: PgTable, payload: bytes) -> list[bytes]:
     """What capture's row path makes of a message (the generated transcoder, else the values
     and the schema's encoder)."""
-    capture = PostgresCapture.__new__(PostgresCapture)
-    try:
-        return table.fast(payload[0], payload)
-    except (Slow, ValueError, IndexError, OverflowError, UnicodeDecodeError):
-        change = pgoutput.parse(payload)
-        assert isinstance(change, pgoutput.Change)
-        return capture._change(table, change)
+    return table.row_events(payload)
 
 
 _REL = struct.pack(">I", 16384)

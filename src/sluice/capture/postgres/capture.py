@@ -28,26 +28,18 @@ from sluice.capture.postgres.pending import (
 )
 from sluice.capture.postgres.setup import (
     PgUrl,
-    base_types,
     check_server,
     connect,
-    not_null,
     parse_pg_url,
     primary_key,
-    type_names,
 )
 from sluice.capture.postgres.tables import (
     CHANGE_TAGS,
-    OP_C,
-    OP_D,
-    OP_U,
+    CatalogFacts,
     PgTable,
-    column_defaults,
-    declared_column,
+    catalog_facts,
     table_columns,
 )
-from sluice.capture.postgres.transcode import Slow
-from sluice.capture.postgres.types import column_kind
 from sluice.capture.seeding import Seeder
 from sluice.capture.source import (
     ABORTED,
@@ -68,7 +60,6 @@ from sluice.errors import (
     first_line,
 )
 from sluice.schemas import TableSchema
-from sluice.schemas.columns import UNCHANGED_TOAST
 
 log = logging.getLogger(__name__)
 TAKES_TABLE_OPTIONS = False  # no [tables."..."] settings (a ``SourceKind``)
@@ -77,6 +68,7 @@ TAKES_TABLE_OPTIONS = False  # no [tables."..."] settings (a ``SourceKind``)
 # wait this long before reading on. Only a busy stream waits, at most this long.
 BUSY_BURST = 256
 BUSY_PAUSE = 0.01
+PREFETCH_TABLES = 8  # more tables: each is described when its first change comes
 
 
 class _PgInfo:
@@ -156,18 +148,31 @@ class PostgresCapture:
         self._relations: dict[int, PgTable | None] = {}
         self._said_python: set[str] = set()  # why relations keep the Python paths, said once
         self._meta: Any = None
+        self._spare: tuple[Any, float] | None = None  # the checks' connection, and when made
+        self._catalog: dict[str, CatalogFacts] = {}  # read ahead by _prefetch
 
     # -- CaptureSource -----------------------------------------------------------------------
     def check(self) -> _PgInfo:
         conn = connect(self.url)
         conn.autocommit = True
         try:
-            return _PgInfo(check_server(conn, self.url, tuple(sorted(self._tables))))
+            info = _PgInfo(check_server(conn, self.url, tuple(sorted(self._tables))))
         except psycopg2.Error as exc:  # a refusal the checks did not foresee: say it, no trace
+            conn.close()
             text = first_line(exc)
             raise SourceSetupError(f"PostgreSQL refused a set-up query: {text}") from None
-        finally:
+        except BaseException:
             conn.close()
+            raise
+        self._keep_spare(conn)
+        return info
+
+    def _keep_spare(self, conn: Any) -> None:
+        """Keep the checks' connection for the stream about to start (a connection costs a
+        few ms of the start); an older one goes."""
+        old, self._spare = self._spare, (conn, time.monotonic())
+        if old is not None:
+            old[0].close()
 
     def start(self, since_scn: int | None) -> int:
         if self._thread is not None:
@@ -187,6 +192,9 @@ class PostgresCapture:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
         self._thread = None
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare[0].close()
 
     # -- the thread --------------------------------------------------------------------------
     def _run(self) -> None:
@@ -206,8 +214,14 @@ class PostgresCapture:
             self.settings.sink(ABORTED)
             self._parts_open = False
         conn = connect(self.url, connection_factory=psycopg2.extras.LogicalReplicationConnection)
-        self._meta = connect(self.url)
-        self._meta.autocommit = True
+        spare, self._spare = self._spare, None
+        if spare is not None and time.monotonic() - spare[1] < 10:
+            self._meta = spare[0]  # the checks' connection, made just before
+        else:
+            if spare is not None:
+                spare[0].close()
+            self._meta = connect(self.url)
+            self._meta.autocommit = True
         self._relations.clear()
         try:
             cur = conn.cursor()
@@ -228,6 +242,7 @@ class PostgresCapture:
                 raise
             self.stats.connected = True
             log.info("streaming slot %s from LSN %s", self.url.slot, _lsn(self.stats.last_scn))
+            self._catalog = self._prefetch()
             self._pump(cur)
         finally:
             conn.close()
@@ -354,7 +369,7 @@ class PostgresCapture:
             return True
         for message in run:
             try:
-                events.extend(self._fast_or_slow(table, message.payload))
+                events.extend(table.row_events(message.payload))
             except DecodeError as exc:
                 self._undecodable(exc, table, events, message.data_start)
                 if table.source in self.stats.stopped_sources:
@@ -414,18 +429,11 @@ class PostgresCapture:
         source = source_name(relation.namespace, relation.name)
         if source not in self._tables:
             return None
-        columns, converters = [], []
-        required = not_null(self._meta, relation.namespace, relation.name)
-        key = primary_key(self._meta, relation.namespace, relation.name)
-        types = base_types(self._meta, [(c.type_oid, c.typmod) for c in relation.columns])
-        names = type_names(self._meta, types)
-        defaults = column_defaults(self._meta, relation.namespace, relation.name)
-        for col, name, (oid, _typmod) in zip(relation.columns, names, types, strict=True):
-            kind, convert = column_kind(oid)
-            columns.append(
-                declared_column(col.name, kind, name, col.name in key, required, defaults)
-            )
-            converters.append(convert)
+        wanted = tuple((c.name, c.type_oid, c.typmod) for c in relation.columns)
+        facts = self._catalog.pop(source, None)
+        if facts is None or facts.columns != wanted:  # not read ahead, or the table changed
+            facts = catalog_facts(self._meta, relation.namespace, relation.name, wanted)
+        columns, converters = facts.described()
         kinds = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
         identity = kinds.get(relation.replica_identity, relation.replica_identity)
         if self.stats.tables.get(source, {}).get("replica_identity") != identity:
@@ -437,10 +445,18 @@ class PostgresCapture:
             )
         self.stats.tables[source] = {"replica_identity": identity}
         registry = self.settings.registry
-        schema = registry.register(source, tuple(columns), key)
+        schema = registry.register(source, tuple(columns), facts.key)
         table = PgTable(source, registry.codec(source, schema.version), converters)
         self._transcoder_path(table)
         return table
+
+    def _prefetch(self) -> dict[str, CatalogFacts]:
+        """The catalog facts of the captured tables, read while the server starts decoding
+        (its first message comes several ms after the stream starts): a table's first
+        Relation message with the columns the catalog has then needs no query."""
+        if len(self._tables) > PREFETCH_TABLES:
+            return {}
+        return {s: catalog_facts(self._meta, *split_source(s)) for s in sorted(self._tables)}
 
     def _transcoder_path(self, table: PgTable) -> None:
         """Report which transcoder a relation takes; the slower Python paths say why, once."""
@@ -459,30 +475,6 @@ class PostgresCapture:
                 table.source,
                 why,
             )
-
-    def _fast_or_slow(self, table: PgTable, payload: bytes) -> list[bytes]:
-        try:
-            return table.fast(payload[0], payload)
-        except (Slow, ValueError, IndexError, OverflowError, UnicodeDecodeError):
-            parsed = pgoutput.parse(payload)  # the slow path decides, and names a bad column
-            assert isinstance(parsed, pgoutput.Change)
-            return self._change(table, parsed)
-
-    def _change(self, table: PgTable, change: pgoutput.Change) -> list[bytes]:
-        old = None if change.old is None else table.values(change.old, "old row")
-        new = None if change.new is None else table.values(change.new, "new row")
-        if change.op == "I":
-            return [table.event(OP_C, None, new)]
-        if change.op == "D":
-            return [table.event(OP_D, old, None)]
-        assert new is not None
-        if old is not None and change.whole_old and UNCHANGED_TOAST in new:
-            # The server leaves out a TOASTed value the update did not change, even when the
-            # old row (REPLICA IDENTITY FULL) carries it: that value it is.
-            new = [o if n == UNCHANGED_TOAST else n for o, n in zip(old, new, strict=True)]
-        if old is not None and table.codec.key_text(old) != table.codec.key_text(new):
-            return [table.event(OP_D, old, None), table.event(OP_C, None, new)]
-        return [table.event(OP_U, old, new)]
 
     def _undecodable(self, exc: DecodeError, table: PgTable, events: list[bytes], at: int) -> None:
         message = f"{exc} (WAL position {_lsn(at)})"

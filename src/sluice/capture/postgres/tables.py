@@ -5,6 +5,7 @@ catalog (``sluice schema generate``)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 from zlib import crc32
 
@@ -71,6 +72,34 @@ class PgTable:
             ]
         return [self._frame(OP_U, b"".join((b"\x02", before, b"\x02", after)), key)]
 
+    def row_events(self, payload: bytes) -> list[bytes]:
+        """The wire events of a change message by the row path: the generated transcoder,
+        or where it defers the values and the schema's encoder (which decide, and name a bad
+        column: ``DecodeError``)."""
+        try:
+            return self.fast(payload[0], payload)
+        except (Slow, ValueError, IndexError, OverflowError, UnicodeDecodeError):
+            parsed = pgoutput.parse(payload)
+            assert isinstance(parsed, pgoutput.Change)
+            return self.change_events(parsed)
+
+    def change_events(self, change: pgoutput.Change) -> list[bytes]:
+        """The wire events of a parsed change, from its values (the reference path)."""
+        old = None if change.old is None else self.values(change.old, "old row")
+        new = None if change.new is None else self.values(change.new, "new row")
+        if change.op == "I":
+            return [self.event(OP_C, None, new)]
+        if change.op == "D":
+            return [self.event(OP_D, old, None)]
+        assert new is not None
+        if old is not None and change.whole_old and UNCHANGED_TOAST in new:
+            # The server leaves out a TOASTed value the update did not change, even when the
+            # old row (REPLICA IDENTITY FULL) carries it: that value it is.
+            new = [o if n == UNCHANGED_TOAST else n for o, n in zip(old, new, strict=True)]
+        if old is not None and self._key(old) != self._key(new):
+            return [self.event(OP_D, old, None), self.event(OP_C, None, new)]
+        return [self.event(OP_U, old, new)]
+
     def truncate_event(self) -> bytes:
         size = _EVENT_FIXED + len(self.name)
         return b"".join((_EVENT_HEADER(size, 0, OP_T, len(self.name), self.version), self.name))
@@ -135,22 +164,49 @@ CHANGE_TAGS = frozenset(b"IUD")
 
 def table_columns(conn: Any, namespace: str, table: str) -> list[Column]:
     """The columns as capture sees them (``declared_column``), from the catalog."""
+    return catalog_facts(conn, namespace, table).described()[0]
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogFacts:
+    """What describing a table asks the catalog: its columns (name, type OID, typmod), their
+    base types (domains resolved) and those types' names, its key, and ``declared_column``'s
+    NOT NULL columns and constant defaults."""
+
+    columns: tuple[tuple[str, int, int], ...]
+    types: list[tuple[int, int]]
+    names: list[str]
+    key: tuple[str, ...]
+    declared: tuple[set[str], dict[str, str]]
+
+    def described(self) -> tuple[list[Column], list[Any]]:
+        """The columns as capture sees them (``declared_column``), and their text converters."""
+        columns, converters = [], []
+        for (name, _, _), text, (oid, _) in zip(self.columns, self.names, self.types, strict=True):
+            kind, convert = column_kind(oid)
+            columns.append(declared_column(name, kind, text, name in self.key, *self.declared))
+            converters.append(convert)
+        return columns, converters
+
+
+def catalog_facts(
+    conn: Any, namespace: str, table: str, columns: tuple[tuple[str, int, int], ...] | None = None
+) -> CatalogFacts:
+    """The facts of a table; its ``columns`` as the catalog has them unless given (a Relation
+    message's)."""
+    if columns is None:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = "
+                "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                (quoted_table(namespace, table),),
+            )
+            columns = tuple((str(n), int(oid), int(mod)) for n, oid, mod in cur.fetchall())
+    types = base_types(conn, [(oid, typmod) for _name, oid, typmod in columns])
     required = not_null(conn, namespace, table)
-    key = primary_key(conn, namespace, table)
     defaults = column_defaults(conn, namespace, table)
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT attname, atttypid, atttypmod FROM pg_attribute WHERE attrelid = "
-            "to_regclass(%s) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-            (quoted_table(namespace, table),),
-        )
-        rows = cur.fetchall()
-    types = base_types(conn, [(int(oid), int(typmod)) for _name, oid, typmod in rows])
-    names = type_names(conn, types)
-    return [
-        declared_column(str(name), column_kind(oid)[0], type_text, name in key, required, defaults)
-        for (name, _oid, _mod), type_text, (oid, _base) in zip(rows, names, types, strict=True)
-    ]
+    key = primary_key(conn, namespace, table)
+    return CatalogFacts(columns, types, type_names(conn, types), key, (required, defaults))
 
 
 def declared_column(
