@@ -65,7 +65,8 @@ log = logging.getLogger(__name__)
 TAKES_TABLE_OPTIONS = False  # no [tables."..."] settings (a ``SourceKind``)
 # The walsender sends each message with its own send() while its client keeps up, and about
 # twice as fast when they pile up (benchmarks/pg_capture.py): after reading a burst this big,
-# wait this long before reading on. Only a busy stream waits, at most this long.
+# read on only this long after the burst's reading began. Only a busy stream waits, at most
+# this long.
 BUSY_BURST = 256
 BUSY_PAUSE = 0.01
 PREFETCH_TABLES = 8  # more tables: each is described when its first change comes
@@ -253,6 +254,7 @@ class PostgresCapture:
         confirmed = 0
         read, stopping, commit_end = cur.read_message, self._stop.is_set, pgoutput.commit_end
         burst = 0  # messages read since the last time all that arrived was read
+        began = time.monotonic()  # when this burst's reading began
         while not stopping():
             message = read()
             if message is None:  # all that arrived is read: deliver what it made
@@ -262,10 +264,14 @@ class PostgresCapture:
                 self._slot_details(confirmed)
                 if burst >= BUSY_BURST:  # a busy stream: let the server's sends pile up
                     burst = 0
-                    time.sleep(BUSY_PAUSE)
+                    wait = BUSY_PAUSE - (time.monotonic() - began)
+                    if wait > 0:  # (none when reading took that long: the server waited)
+                        time.sleep(wait)
+                    began = time.monotonic()
                     continue
                 burst = 0
                 ready, _, _ = select.select([cur], [], [], 0.5)
+                began = time.monotonic()
                 if ready:  # the server said something (at least the keepalive asked for
                     # each idle second): a frozen server says nothing, and /healthz sees it
                     self.stats.last_seen_ms = int(time.time() * 1000)
