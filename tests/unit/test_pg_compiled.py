@@ -16,8 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.capture.postgres import compiled
+from sluice.capture.postgres.capture import PostgresCapture
 from sluice.capture.postgres.tables import PgTable
 from sluice.capture.postgres.types import column_kind
+from sluice.capture.source import CaptureStats
 from sluice.errors import DecodeError
 from sluice.schemas import Column, RowCodec, TableSchema
 from tests.unit.test_pg_runs import COLUMNS, _plain, _tuple
@@ -242,3 +244,26 @@ def test_sluice_pure_python_forces_the_python_paths(monkeypatch: pytest.MonkeyPa
     table = _table()
     assert table.compiled is None and table.python_why == "SLUICE_PURE_PYTHON is set"
     assert table.runs is not None  # the numpy run path stays
+
+
+def test_the_python_paths_are_reported_per_table_and_said_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without the extension every table keeps the Python paths: /stats says so per table
+    and counts them (a /metrics gauge), and the WARNING comes once per reason."""
+    monkeypatch.setattr(compiled, "_MISSING", "the compiled transcoder is not built (test)")
+    capture = PostgresCapture.__new__(PostgresCapture)
+    capture.stats, capture._said_python = CaptureStats(), set()
+    for source in ("public.a", "public.b"):
+        capture.stats.tables[source] = {"replica_identity": "DEFAULT"}
+        table = _table()
+        table.source = source
+        capture._transcoder_path(table)
+    assert capture.stats.tables["public.a"] == {
+        "replica_identity": "DEFAULT",
+        "transcoder": "python",
+        "transcoder_why": "the compiled transcoder is not built (test)",
+    }
+    assert capture.stats.details["python_transcoder_tables"] == 2
+    said = [r for r in caplog.records if "Python transcoders" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"
