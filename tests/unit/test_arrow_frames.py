@@ -43,7 +43,7 @@ def test_compiled_events_equal_the_numpy_path(
         if not nullable or text_key:
             rows = [tuple(_filled(k, v) for k, v in zip(KINDS, row, strict=True)) for row in rows]
         # a few rows before the batch: arrays that start at an offset into their buffers
-        padded = rows[:cut] + rows
+        padded = (rows * 4)[:cut] + rows
         columns = [
             pa.array([row[i] for row in padded], arrow).slice(cut)
             for i, (_, _, arrow, _, _, _) in enumerate(KINDS)

@@ -1,5 +1,5 @@
 /* CRC-32 (zlib's polynomial, as zlib.crc32), slice by 4: the key hash of every event header.
- * Included by the compiled transcoders; crc_init() once at module init. */
+ * Included by the compiled transcoders and the framer; crc_init() once at module init. */
 #ifndef SLUICE_CRC32_H
 #define SLUICE_CRC32_H
 #include <stdint.h>

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from sluice.capture.compiled import pure_python_forced
+from sluice.schemas.compiled import pure_python_forced
 from sluice.capture.postgres.types import column_kind, same_text
 from sluice.schemas import TableSchema
 
