@@ -7,6 +7,7 @@ without a key, values it hands back (infinity), small and large transactions."""
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -20,8 +21,11 @@ from sluice.capture.postgres.setup import parse_pg_url
 from sluice.schemas import SchemaRegistry
 from sluice.testing.postgres import PrivatePostgres
 
+# Under CI a missing build fails (test_pg_compiled's test_the_transcoder_is_built and
+# these), never skips.
 pytestmark = pytest.mark.skipif(
-    compiled.unavailable() != "", reason=f"no compiled path: {compiled.unavailable()}"
+    compiled.unavailable() != "" and os.environ.get("CI") != "true",
+    reason=f"no compiled path: {compiled.unavailable()}",
 )
 TABLES = ("public.edge", "public.full_id", "public.loose", "public.timed")
 DDL = (
