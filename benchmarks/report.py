@@ -198,12 +198,16 @@ def _issue30(rows: list[tuple[str, ...]], cap: dict[str, Any]) -> None:
     single = cap.get("insert_1_per_txn", {}).get("rounds_vs_python_mysql_replication")
     _worst(rows, "MySQL capture, single-row txns >= 6x python-mysql-replication (issue 30)",
            single, 6)  # fmt: skip
-    pg = _load("pg_capture").get("insert_1000_per_txn", {})
-    rounds = pg.get("rounds_vs_server_ceiling") or (
-        [pg["sluice_vs_server_ceiling"]] if "sluice_vs_server_ceiling" in pg else None
-    )
-    _worst(rows, "PostgreSQL capture, 1,000-row inserts >= 0.8x the server's ceiling "
-           "(issue 30)", rounds, 0.8)  # fmt: skip
+    for workload, label in (
+        ("insert_1000_per_txn", "1,000-row inserts"),
+        ("update_1000_per_txn", "1,000-row updates"),
+    ):
+        pg = _load("pg_capture").get(workload, {})
+        rounds = pg.get("rounds_vs_server_ceiling") or (
+            [pg["sluice_vs_server_ceiling"]] if "sluice_vs_server_ceiling" in pg else None
+        )
+        _worst(rows, f"PostgreSQL capture, {label} >= 0.8x the server's ceiling (issue 30)",
+               rounds, 0.8)  # fmt: skip
     query = _load("query")
     for kind, name in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"), ("mariadb", "MariaDB")):
         measured = query.get(kind, {})
