@@ -5,6 +5,8 @@ each one's reference (to compare, or to rule the C code out)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Any
 
 
 def pure_python_forced() -> str:
@@ -12,3 +14,12 @@ def pure_python_forced() -> str:
     if os.environ.get("SLUICE_PURE_PYTHON", "") not in ("", "0"):
         return "SLUICE_PURE_PYTHON is set"
     return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A table's compiled transcoder (a kind's C ``Program``), or why the table keeps the
+    Python path."""
+
+    program: Any | None
+    why: str

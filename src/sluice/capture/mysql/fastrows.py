@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from sluice.capture.mysql.binlog import constants as t
 from sluice.capture.mysql.transcode import FIXED_TYPES, ColumnPlan, copy_width, copyable
-from sluice.schemas.compiled import pure_python_forced
+from sluice.schemas.compiled import Choice, pure_python_forced
 from sluice.schemas.encoder import column_encoder
 
 _rows: ModuleType | None
@@ -44,14 +43,6 @@ WRITE, UPDATE, DELETE = 0, 1, 2
 
 class Unsupported(Exception):
     """A column form the compiled transcoder does not read; the message says which."""
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """The compiled transcoder of a table, or why the table keeps the Python path."""
-
-    program: Any | None  # _rows.Program
-    why: str
 
 
 def unavailable() -> str:

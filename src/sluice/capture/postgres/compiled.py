@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from sluice.schemas.compiled import pure_python_forced
 from sluice.capture.postgres.types import column_kind, same_text
 from sluice.schemas import TableSchema
+from sluice.schemas.compiled import Choice, pure_python_forced
 
 _runs: ModuleType | None
 try:
@@ -50,14 +49,6 @@ _FORMS: dict[str, tuple[int, Callable[[str], Any]]] = {
     "datetime": (_DATETIME, column_kind(1114)[1]),
     "timestamp": (_TIMESTAMPTZ, column_kind(1184)[1]),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """The compiled transcoder of a relation, or why it keeps the Python paths."""
-
-    program: Any | None  # _runs.Program
-    why: str
 
 
 def unavailable() -> str:
