@@ -20,7 +20,7 @@ from sluice.capture.postgres import compiled
 from sluice.capture.postgres.capture import PostgresCapture
 from sluice.capture.postgres.tables import PgTable
 from sluice.capture.postgres.types import column_kind
-from sluice.capture.source import CaptureStats
+from sluice.capture.source import CaptureStats, report_transcoder
 from sluice.errors import DecodeError
 from sluice.schemas import Column, RowCodec, TableSchema
 from tests.unit.test_pg_runs import COLUMNS, _plain, _tuple
@@ -261,14 +261,14 @@ def test_the_python_paths_are_reported_per_table_and_said_once(
         capture.stats.tables[source] = {"replica_identity": "DEFAULT"}
         table = _table()
         table.source = source
-        capture._transcoder_path(table)
+        report_transcoder(capture.stats, capture._said_python, table.source, table.python_why)
     assert capture.stats.tables["public.a"] == {
         "replica_identity": "DEFAULT",
         "transcoder": "python",
         "transcoder_why": "the compiled transcoder is not built (test)",
     }
     assert capture.stats.details["python_transcoder_tables"] == 2
-    said = [r for r in caplog.records if "Python transcoders" in r.getMessage()]
+    said = [r for r in caplog.records if "Python transcoder" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING"
 
 

@@ -328,6 +328,26 @@ def _fail(
         on_fatal(exc)
 
 
+def report_transcoder(stats: CaptureStats, said: set[str], source: str, why: str) -> None:
+    """Which transcoder a table takes, in ``stats`` (per table, and the count of tables on the
+    Python path for ``/metrics``); ``why`` ('' for the compiled one) is a WARNING once per
+    reason (``said`` holds those said)."""
+    stats.tables.setdefault(source, {}).update(
+        transcoder="python" if why else "compiled", transcoder_why=why or None
+    )
+    stats.details["python_transcoder_tables"] = sum(
+        1 for info in stats.tables.values() if info.get("transcoder") == "python"
+    )
+    if why and why not in said:
+        said.add(why)
+        log.warning(
+            "%s is decoded by the Python transcoder (several times slower than the compiled "
+            "one): %s",
+            source,
+            why,
+        )
+
+
 def undecodable(
     stats: CaptureStats,
     policy: str,

@@ -217,9 +217,8 @@ class ArrowEncoder:
         rows = len(columns[0]) if columns else 0
         run: list[tuple[_Branch, _Piece]] = [(None, (2, _envelope))]
         parts: list[pa.Array] = []
+        self._check_nulls(columns)
         for col, arr, nullable in zip(self.schema.columns, columns, self.nullable, strict=True):
-            if arr.null_count and not nullable:
-                raise Unencodable(f"{self.schema.source}.{col.name} is null in a row")
             wire = KIND[col.kind].wire
             raw = None
             if wire in _FIXED:
@@ -246,20 +245,22 @@ class ArrowEncoder:
         ``payloads`` and ``keys``."""
         if arrow_frames.unavailable():
             return frame_events(self.schema, self.payloads(columns), self.keys(columns), ops)
-        for col, arr, nullable in zip(self.schema.columns, columns, self.nullable, strict=True):
-            if arr.null_count and not nullable:
-                raise Unencodable(f"{self.schema.source}.{col.name} is null in a row")
+        self._check_nulls(columns)
         keys: pa.Array | arrow_frames.IntKey = (
             self._int_key if self._int_key is not None else self.keys(columns)
         )
         return arrow_frames.compiled_events(self.schema, columns, self.nullable, keys, ops)
 
+    def _check_nulls(self, columns: Sequence[pa.Array]) -> None:
+        for col, arr, nullable in zip(self.schema.columns, columns, self.nullable, strict=True):
+            if arr.null_count and not nullable:
+                raise Unencodable(f"{self.schema.source}.{col.name} is null in a row")
+
     def keys(self, columns: Sequence[pa.Array]) -> pa.Array:
         """The canonical key text of each row (``RowCodec.key_text``)."""
-        if all(kind in _INT_KEY_KINDS for _, _, kind in self.key):
+        if self._int_key is not None:
             parts: list[Any] = []
-            for n, (i, name, _) in enumerate(self.key):
-                head = ("{" if n == 0 else ",") + _json_name(name) + ":"
+            for i, head in self._int_key:
                 text = pc.cast(columns[i], pa.string()).fill_null("null")
                 parts += [pa.scalar(head), text]
             return pc.binary_join_element_wise(*parts, pa.scalar("}"), pa.scalar(""))

@@ -11,7 +11,6 @@ float64 for doubles, binary for text and bytes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -19,16 +18,9 @@ import pyarrow as pa
 
 from sluice.schemas.avro import TableSchema
 from sluice.schemas.columns import KIND
-from sluice.schemas.compiled import pure_python_forced
+from sluice.schemas.compiled import load, pure_python_forced
 
-_frames: ModuleType | None
-try:
-    from sluice.schemas import _frames as _compiled
-except ImportError as exc:  # built without a C compiler
-    _frames = None
-    _MISSING = f"the compiled event framer is not built ({exc}); reinstall with a C compiler"
-else:
-    _frames, _MISSING = _compiled, ""
+_frames, _MISSING = load("sluice.schemas._frames", "the compiled event framer")
 
 _WIRES = {"long": (1, pa.int64()), "double": (2, pa.float64()), "decimal": (3, pa.int64())}
 _BYTES = (4, pa.binary())

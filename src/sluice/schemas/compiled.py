@@ -4,8 +4,10 @@ each one's reference (to compare, or to rule the C code out)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 
@@ -14,6 +16,15 @@ def pure_python_forced() -> str:
     if os.environ.get("SLUICE_PURE_PYTHON", "") not in ("", "0"):
         return "SLUICE_PURE_PYTHON is set"
     return ""
+
+
+def load(name: str, what: str) -> tuple[ModuleType | None, str]:
+    """A compiled module and '', or None and why it is missing (a build without a C compiler:
+    ``optional = true`` in pyproject.toml lets the install go on without it)."""
+    try:
+        return importlib.import_module(name), ""
+    except ImportError as exc:
+        return None, f"{what} is not built ({exc}); reinstall with a C compiler (pip install -e .)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from sluice.capture.source import (
     CaptureSettings,
     CaptureSource,
     CaptureStats,
+    report_transcoder,
     run_supervised,
     undecodable,
 )
@@ -378,27 +379,8 @@ class MySQLCapture:
                 table_map, self._registry, self._collations(), column_info(self._metadata(), source)
             )
             self._by_signature[key] = decoder
-            self._transcoder_path(source, decoder)
+            report_transcoder(self.stats, self._said_python, source, decoder.python_why)
         self._decoders[table_id] = decoder
-
-    def _transcoder_path(self, source: str, decoder: TableDecoder) -> None:
-        """Report which transcoder a table takes; the slower Python path says why, once."""
-        why = decoder.python_why
-        self.stats.tables[source] = {
-            "transcoder": "python" if why else "compiled",
-            "transcoder_why": why or None,
-        }
-        self.stats.details["python_transcoder_tables"] = sum(
-            1 for info in self.stats.tables.values() if info.get("transcoder") == "python"
-        )
-        if why and why not in self._said_python:
-            self._said_python.add(why)
-            log.warning(
-                "%s is decoded by the Python transcoder (several times slower than the "
-                "compiled one): %s",
-                source,
-                why,
-            )
 
     def _log_name(self, file_no: int) -> str:
         assert self._info is not None

@@ -17,22 +17,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 from sluice.capture.mysql.binlog import constants as t
 from sluice.capture.mysql.transcode import FIXED_TYPES, ColumnPlan, copy_width, copyable
-from sluice.schemas.compiled import Choice, pure_python_forced
+from sluice.schemas.compiled import Choice, load, pure_python_forced
 from sluice.schemas.encoder import column_encoder
 
-_rows: ModuleType | None
-try:
-    from sluice.capture.mysql import _rows
-except ImportError as exc:  # built without a C compiler: the Python path serves every table
-    _rows = None
-    _MISSING = f"the compiled transcoder is not built ({exc}); reinstall with a C compiler"
-else:
-    _MISSING = ""
+_rows, _MISSING = load("sluice.capture.mysql._rows", "the compiled transcoder")
 
 # Column forms, as _rows.c numbers them.
 _INT, _INT24, _YEAR, _DOUBLE, _COPY, _DECIMAL, _DATE, _DATETIME2, _TIMESTAMP2, _ENUM = range(1, 11)

@@ -47,6 +47,7 @@ from sluice.capture.source import (
     CaptureSettings,
     CaptureSource,
     CaptureStats,
+    report_transcoder,
     run_supervised,
     undecodable,
 )
@@ -453,7 +454,7 @@ class PostgresCapture:
         registry = self.settings.registry
         schema = registry.register(source, tuple(columns), facts.key)
         table = PgTable(source, registry.codec(source, schema.version), converters)
-        self._transcoder_path(table)
+        report_transcoder(self.stats, self._said_python, table.source, table.python_why)
         return table
 
     def _prefetch(self) -> dict[str, CatalogFacts]:
@@ -463,24 +464,6 @@ class PostgresCapture:
         if len(self._tables) > PREFETCH_TABLES:
             return {}
         return {s: catalog_facts(self._meta, *split_source(s)) for s in sorted(self._tables)}
-
-    def _transcoder_path(self, table: PgTable) -> None:
-        """Report which transcoder a relation takes; the slower Python paths say why, once."""
-        why = table.python_why
-        self.stats.tables[table.source].update(
-            transcoder="python" if why else "compiled", transcoder_why=why or None
-        )
-        self.stats.details["python_transcoder_tables"] = sum(
-            1 for info in self.stats.tables.values() if info.get("transcoder") == "python"
-        )
-        if why and why not in self._said_python:
-            self._said_python.add(why)
-            log.warning(
-                "%s is decoded by the Python transcoders (several times slower than the "
-                "compiled one): %s",
-                table.source,
-                why,
-            )
 
     def _undecodable(self, exc: DecodeError, table: PgTable, events: list[bytes], at: int) -> None:
         message = f"{exc} (WAL position {_lsn(at)})"

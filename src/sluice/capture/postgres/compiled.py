@@ -19,21 +19,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any
 
 from sluice.capture.postgres.types import column_kind, same_text
 from sluice.schemas import TableSchema
-from sluice.schemas.compiled import Choice, pure_python_forced
+from sluice.schemas.compiled import Choice, load, pure_python_forced
 
-_runs: ModuleType | None
-try:
-    from sluice.capture.postgres import _runs
-except ImportError as exc:  # built without a C compiler: the Python paths serve every relation
-    _runs = None
-    _MISSING = f"the compiled transcoder is not built ({exc}); reinstall with a C compiler"
-else:
-    _MISSING = ""
+_runs, _MISSING = load("sluice.capture.postgres._runs", "the compiled transcoder")
 
 # Column forms and key kinds, as _runs.c numbers them.
 _INT, _DOUBLE, _BOOL, _TEXT, _DATE, _DATETIME, _TIMESTAMPTZ = range(1, 8)

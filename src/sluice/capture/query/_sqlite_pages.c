@@ -17,21 +17,7 @@
 
 enum { C_NONE = 0, C_INT = 1, C_FLOAT = 2, C_TEXT = 3, C_BLOB = 4, C_MIXED = 5 };
 
-typedef struct {
-    char *p;
-    Py_ssize_t len, cap;
-} Buf;
-
-static int reserve(Buf *b, Py_ssize_t extra) {
-    if (b->len + extra <= b->cap) return 0;
-    Py_ssize_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra) cap *= 2;
-    char *p = PyMem_Realloc(b->p, cap);
-    if (!p) { PyErr_NoMemory(); return -1; }
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
+#include "../../_native/buf.h"
 
 typedef struct {
     int cls;
@@ -138,17 +124,17 @@ static int append(Col *c, sqlite3_stmt *st, int i, Py_ssize_t row) {
         c->cls = cls;
         Py_ssize_t width = cls == C_INT || cls == C_FLOAT ? 8 : 4;
         Py_ssize_t slots = (cls == C_TEXT || cls == C_BLOB) ? row + 1 : row;
-        if (reserve(&c->values, slots * width) < 0) return -1;
+        if (buf_reserve(&c->values, slots * width) < 0) return -1;
         memset(c->values.p, 0, slots * width);
         c->values.len = slots * width;
     }
-    if (reserve(&c->valid, 1) < 0) return -1;
+    if (buf_reserve(&c->valid, 1) < 0) return -1;
     if ((row & 7) == 0) c->valid.p[c->valid.len++] = 0;
     if (cls != C_NONE) c->valid.p[row >> 3] |= (char)(1 << (row & 7));
     else c->nulls++;
     if (c->cls == C_NONE) return 0;  /* only nulls so far */
     if (c->cls == C_INT || c->cls == C_FLOAT) {
-        if (reserve(&c->values, 8) < 0) return -1;
+        if (buf_reserve(&c->values, 8) < 0) return -1;
         if (c->cls == C_INT) {
             int64_t v = cls == C_NONE ? 0 : sqlite3_column_int64(st, i);
             memcpy(c->values.p + c->values.len, &v, 8);
@@ -165,11 +151,11 @@ static int append(Col *c, sqlite3_stmt *st, int i, Py_ssize_t row) {
                                       : sqlite3_column_blob(st, i);
         n = sqlite3_column_bytes(st, i);
         if (c->data.len + n > INT32_MAX) return 2;
-        if (reserve(&c->data, n) < 0) return -1;
+        if (buf_reserve(&c->data, n) < 0) return -1;
         if (n) memcpy(c->data.p + c->data.len, s, n);
         c->data.len += n;
     }
-    if (reserve(&c->values, 4) < 0) return -1;
+    if (buf_reserve(&c->values, 4) < 0) return -1;
     int32_t end = (int32_t)c->data.len;
     memcpy(c->values.p + c->values.len, &end, 4);
     c->values.len += 4;

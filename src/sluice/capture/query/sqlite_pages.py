@@ -16,21 +16,13 @@ extension (built without a compiler, or ``SLUICE_PURE_PYTHON=1``) every page is 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
 
-from sluice.schemas.compiled import pure_python_forced
+from sluice.schemas.compiled import load, pure_python_forced
 
-_pages: ModuleType | None
-try:
-    from sluice.capture.query import _sqlite_pages
-except ImportError as exc:  # built without a C compiler or libsqlite3's header
-    _pages = None
-    _MISSING = f"the compiled SQLite reader is not built ({exc}); reinstall with a C compiler"
-else:
-    _pages, _MISSING = _sqlite_pages, ""
+_pages, _MISSING = load("sluice.capture.query._sqlite_pages", "the compiled SQLite reader")
 
 _INT, _FLOAT, _TEXT, _BLOB, _MIXED = 1, 2, 3, 4, 5
 _TYPES = {_INT: pa.int64(), _FLOAT: pa.float64(), _TEXT: pa.string(), _BLOB: pa.binary()}
