@@ -210,3 +210,35 @@ def test_pages_the_row_path_takes_are_counted_and_said(
     said = [r.getMessage() for r in caplog.records if "row path" in r.getMessage()]
     assert len([m for m in said if m.startswith("main.t: a page")]) == 1  # once per reason
     assert any("main.s takes the row path" in m and "'f'" in m for m in said)
+
+
+def test_postgresql_pages_read_by_fetch_are_counted_and_said(
+    postgres: PrivatePostgres, pg_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection not in UTF8 cannot take COPY's text as it is: its pages are read with a
+    plain fetch (the same rows), counted in /stats (``fetched_pages``, for /metrics too) and
+    said once."""
+    from sluice.capture.query.dialect import Select
+    from sluice.capture.query.postgres import PgDialect
+
+    conn = postgres.connect(pg_database)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE enc (id bigint PRIMARY KEY, s text)")
+        cur.execute("INSERT INTO enc SELECT i, 'é ' || i FROM generate_series(1, 50) i")
+    conn.close()
+    dialect = PgDialect(postgres.source_url(pg_database))
+    dialect.connect()
+    schema = dialect.describe("public.enc")
+    select = Select(schema, ('"id"',), "true", (), '"id"', None)
+    copied = list(dialect.batch(select).raw)
+    assert dialect.report() == {"fetched_pages": 0, "fetched_pages_why": None}
+    dialect.conn.set_client_encoding("LATIN1")
+    with caplog.at_level(logging.WARNING, "sluice"):
+        fetched = [list(dialect.batch(select).raw) for _ in range(2)]
+    report = dialect.report()
+    dialect.close()
+    assert fetched[0] == fetched[1] and len(fetched[0]) == len(copied) == 50
+    assert report["fetched_pages"] == 2 and "LATIN1" in report["fetched_pages_why"][0]
+    said = [r for r in caplog.records if "plain fetch" in r.getMessage()]
+    assert len(said) == 1

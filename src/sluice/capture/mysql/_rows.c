@@ -49,6 +49,7 @@ typedef struct {
 } Program;
 
 #include "../../_native/buf.h"
+#include "../../_native/text.h"
 
 #include "../../_native/crc32.h"
 
@@ -96,23 +97,11 @@ static int put_key(Program *self, KeyValue *kv, Buf *out) {
             out->len += sprintf(out->p + out->len, "%lld", (long long)v->num);
             continue;
         }
-        /* Strict UTF-8, as bytes.decode() checks it; then json.dumps(ensure_ascii=False). */
-        PyObject *check = PyUnicode_DecodeUTF8((const char *)v->text, v->text_len, "strict");
-        if (!check) return -1;
-        Py_DECREF(check);
-        put_byte(out, '"');
-        for (Py_ssize_t i = 0; i < v->text_len; i++) {
-            uint8_t c = v->text[i];
-            if (c == '"' || c == '\\') { put_byte(out, '\\'); put_byte(out, c); }
-            else if (c >= 0x20) put_byte(out, c);
-            else if (c == '\n') { put_byte(out, '\\'); put_byte(out, 'n'); }
-            else if (c == '\r') { put_byte(out, '\\'); put_byte(out, 'r'); }
-            else if (c == '\t') { put_byte(out, '\\'); put_byte(out, 't'); }
-            else if (c == '\b') { put_byte(out, '\\'); put_byte(out, 'b'); }
-            else if (c == '\f') { put_byte(out, '\\'); put_byte(out, 'f'); }
-            else out->len += sprintf(out->p + out->len, "\\u%04x", c);
+        if (!utf8_ok(v->text, v->text_len)) {
+            PyErr_SetString(PyExc_ValueError, "a text key column is not UTF-8");
+            return -1;
         }
-        put_byte(out, '"');
+        put_json_text(out, v->text, v->text_len);
     }
     if (buf_reserve(out, 1) < 0) return -1;
     put_byte(out, '}');
@@ -343,6 +332,10 @@ static int add_event(Program *self, PyObject *list, int op, const Buf *key, int 
 }
 
 static PyObject *Program_events(Program *self, PyObject *args) {
+    if (!self->cols) {  /* __init__ failed or was never called */
+        PyErr_SetString(PyExc_RuntimeError, "the Program is not built");
+        return NULL;
+    }
     int mode;
     Py_buffer view;
     Py_ssize_t start;

@@ -56,7 +56,10 @@ def program(plans: Sequence[ColumnPlan], key: Sequence[int], source: bytes, vers
     except Unsupported as exc:
         return Choice(None, str(exc))
     assert _rows is not None
-    return Choice(_rows.Program(columns, parts, source, version), "")
+    try:
+        return Choice(_rows.Program(columns, parts, source, version), "")
+    except (ValueError, TypeError) as exc:  # a column description it does not take
+        return Choice(None, f"the compiled transcoder refused the table: {exc}")
 
 
 ColumnForm = tuple[int, int, int, int, int, int, int, int, Any]

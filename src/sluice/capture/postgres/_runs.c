@@ -48,6 +48,7 @@ typedef struct {
 } Program;
 
 #include "../../_native/buf.h"
+#include "../../_native/text.h"
 
 #include "../../_native/crc32.h"
 
@@ -170,23 +171,8 @@ static int put_key(Program *self, const KeyValue *kv, Buf *out) {
             memcpy(out->p + out->len, word, strlen(word));
             out->len += strlen(word);
         } else {
-            /* Strict UTF-8, as bytes.decode() checks it; then json.dumps(ensure_ascii=False). */
-            PyObject *check = PyUnicode_DecodeUTF8((const char *)v->text, v->len, "strict");
-            if (!check) { PyErr_Clear(); return 0; }
-            Py_DECREF(check);
-            put_byte(out, '"');
-            for (Py_ssize_t i = 0; i < v->len; i++) {
-                uint8_t c = v->text[i];
-                if (c == '"' || c == '\\') { put_byte(out, '\\'); put_byte(out, c); }
-                else if (c >= 0x20) put_byte(out, c);
-                else if (c == '\n') { put_byte(out, '\\'); put_byte(out, 'n'); }
-                else if (c == '\r') { put_byte(out, '\\'); put_byte(out, 'r'); }
-                else if (c == '\t') { put_byte(out, '\\'); put_byte(out, 't'); }
-                else if (c == '\b') { put_byte(out, '\\'); put_byte(out, 'b'); }
-                else if (c == '\f') { put_byte(out, '\\'); put_byte(out, 'f'); }
-                else out->len += sprintf(out->p + out->len, "\\u%04x", c);
-            }
-            put_byte(out, '"');
+            if (!utf8_ok(v->text, v->len)) return 0;  /* the Python paths decide */
+            put_json_text(out, v->text, v->len);
         }
     }
     if (buf_reserve(out, 1) < 0) return -1;
@@ -342,6 +328,10 @@ static int message_event(Program *self, const uint8_t *data, Py_ssize_t end, Buf
 }
 
 static PyObject *Program_events(Program *self, PyObject *payloads) {
+    if (!self->cols) {  /* __init__ failed or was never called */
+        PyErr_SetString(PyExc_RuntimeError, "the Program is not built");
+        return NULL;
+    }
     if (!PyList_Check(payloads)) {
         PyErr_SetString(PyExc_TypeError, "events() takes a list of bytes");
         return NULL;

@@ -149,6 +149,7 @@ class PostgresCapture:
         self._fed_at = 0.0
         self._relations: dict[int, PgTable | None] = {}
         self._said_python: set[str] = set()  # why relations keep the Python paths, said once
+        self._said_refused: set[str] = set()  # tables whose runs the compiled path refused
         self._meta: Any = None
         self._spare: tuple[Any, float] | None = None  # the checks' connection, and when made
         self._catalog: dict[str, CatalogFacts] = {}  # read ahead by _prefetch
@@ -371,6 +372,8 @@ class PostgresCapture:
         relation's columns allow it (``runs.py``), else row by row. False: the table's
         capture stopped (``on_decode_error``)."""
         out = bulk_events(table, run)
+        if table.compiled_refused:
+            self._compiled_refused(table, len(run))
         if out is not None:
             events.extend(out)
             return True
@@ -464,6 +467,25 @@ class PostgresCapture:
         if len(self._tables) > PREFETCH_TABLES:
             return {}
         return {s: catalog_facts(self._meta, *split_source(s)) for s in sorted(self._tables)}
+
+    def _compiled_refused(self, table: PgTable, messages: int) -> None:
+        """A window's run the compiled transcoder handed back went through the Python paths
+        (same events, slower): counted per table and in ``/metrics``, said once per table."""
+        info = self.stats.tables.setdefault(table.source, {})
+        info["compiled_refused_messages"] = info.get("compiled_refused_messages", 0) + messages
+        details = self.stats.details
+        details["compiled_refused_messages"] = (
+            details.get("compiled_refused_messages", 0) + messages
+        )
+        if table.source not in self._said_refused:
+            self._said_refused.add(table.source)
+            log.warning(
+                "%s: a run of %d change messages took the Python paths (same events, slower): "
+                "a value the compiled transcoder does not read exactly (an unchanged TOASTed "
+                "value, infinity, a BC date, another time zone, a key change)",
+                table.source,
+                messages,
+            )
 
     def _undecodable(self, exc: DecodeError, table: PgTable, events: list[bytes], at: int) -> None:
         message = f"{exc} (WAL position {_lsn(at)})"

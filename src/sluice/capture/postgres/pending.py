@@ -81,6 +81,7 @@ def bulk_events(table: PgTable, run: list[Any]) -> list[bytes] | None:
         return None
     payloads = [message.payload for message in run]
     out = None if table.compiled is None else table.compiled.events(payloads)
+    table.compiled_refused = table.compiled is not None and out is None
     if out is None and len(run) >= MIN_RUN and table.runs is not None:
         out = table.runs.events(payloads)
     return out

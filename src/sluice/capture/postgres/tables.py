@@ -44,6 +44,9 @@ class PgTable:
         # The compiled twin of both where it reads every column (compiled.py); why not, if not
         choice = program(schema, converters)
         self.compiled, self.python_why = choice.program, choice.why
+        # the compiled transcoder handed back the last run it was given (pending.bulk_events):
+        # a value it does not read exactly; capture counts those runs
+        self.compiled_refused = False
 
     def fast(self, tag: int, data: bytes) -> list[bytes]:
         """The wire events of an Insert/Update/Delete message, by the generated transcoder

@@ -18,6 +18,7 @@
 enum { C_NONE = 0, C_INT = 1, C_FLOAT = 2, C_TEXT = 3, C_BLOB = 4, C_MIXED = 5 };
 
 #include "../../_native/buf.h"
+#include "../../_native/text.h"
 
 typedef struct {
     int cls;
@@ -34,30 +35,6 @@ typedef struct {
     sqlite3_stmt *stmts[CACHED];  /* most recently used first */
     PyObject *sqls[CACHED];       /* their texts */
 } Reader;
-
-/* 1: valid UTF-8 (as Python's strict decoder: no surrogates, no overlongs, <= U+10FFFF). */
-static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) { i++; continue; }
-        int k;
-        uint32_t cp;
-        if (c >= 0xC2 && c <= 0xDF) { k = 1; cp = c & 0x1F; }
-        else if (c >= 0xE0 && c <= 0xEF) { k = 2; cp = c & 0x0F; }
-        else if (c >= 0xF0 && c <= 0xF4) { k = 3; cp = c & 0x07; }
-        else return 0;
-        for (int j = 1; j <= k; j++) {
-            if (i + j >= n || (s[i + j] & 0xC0) != 0x80) return 0;
-            cp = cp << 6 | (s[i + j] & 0x3F);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
-            (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
-            return 0;
-        i += k + 1;
-    }
-    return 1;
-}
 
 /* Value `row` of a column not yet mixed, as sqlite3 would give it. */
 static PyObject *value_at(Col *c, Py_ssize_t row) {

@@ -11,6 +11,7 @@ no Python object per value; its rows are made only if the row path needs them.""
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -43,8 +44,10 @@ from sluice.capture.query.dialect import (
     own_extras,
 )
 from sluice.core.names import split_source
-from sluice.errors import SourceConnectionError, SourceSetupError
+from sluice.errors import SourceConnectionError, SourceSetupError, first_line
 from sluice.schemas import Column, TableSchema
+
+log = logging.getLogger(__name__)
 
 
 class PgDialect:
@@ -60,6 +63,9 @@ class PgDialect:
         self.url = parse_pg_url(url)
         self.conn: Any = None
         self._types: dict[str, dict[str, tuple[int, str]]] = {}
+        # pages read with a plain fetch instead of COPY (a database not in UTF8, a page
+        # too big for one Arrow text column): counted, each reason said once
+        self._fetched: dict[str, int] = {}
 
     def connect(self) -> None:
         self.conn = connect(self.url)
@@ -121,7 +127,16 @@ class PgDialect:
                 yield from map(convert, batch)
 
     def report(self) -> dict[str, Any]:
-        return {}
+        """Pages read with a plain fetch instead of ``COPY`` (slower), for ``/stats``."""
+        return {
+            "fetched_pages": sum(self._fetched.values()),
+            "fetched_pages_why": sorted(self._fetched) or None,
+        }
+
+    def _fetch_instead(self, why: str) -> None:
+        if why not in self._fetched:
+            log.warning("PostgreSQL pages are read with a plain fetch (slower): %s", why)
+        self._fetched[why] = self._fetched.get(why, 0) + 1
 
     def batch(self, select: Select) -> Batch:
         schema = select.schema
@@ -137,11 +152,20 @@ class PgDialect:
                 query = cur.mogrify(self._sql(select), select.args).decode()
                 out = io.BytesIO()
                 cur.copy_expert(f"COPY ({query}) TO STDOUT WITH (FORMAT csv)", out)
-                arrays = _csv_columns(out.getvalue(), len(schema.columns) + len(extra))
-                raw = ArrayRows(arrays)
+                try:
+                    arrays = _csv_columns(out.getvalue(), len(schema.columns) + len(extra))
+                except (pa.ArrowInvalid, pa.ArrowCapacityError) as exc:  # over 2 GiB of text
+                    self._fetch_instead(f"a page Arrow cannot hold as text ({first_line(exc)})")
             else:
+                self._fetch_instead(
+                    f"the connection's encoding is {conn.encoding}, not UTF8 (COPY's text "
+                    "would need converting)"
+                )
+            if arrays is None:
                 cur.execute(self._sql(select), select.args)
                 raw = cur.fetchall()
+            else:
+                raw = ArrayRows(arrays)
         return Batch(
             raw,
             len(schema.columns),
