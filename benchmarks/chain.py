@@ -20,21 +20,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import fill_small_table, table, write_results
+from benchmarks.common import fill_small_table, relay_process, table, write_results
 from benchmarks.latency import measure_clients
 from sluice.blocking_http import frames, get_json
 from sluice.capture.mysql.metadata import end_scn
 from sluice.core import wire
-from sluice.testing import PrivateMariaDB, RelayProcess
+from sluice.testing import PrivateMariaDB
 
 ROWS = 500_000
 RATES = (100, 1000)
 SECONDS = 8.0
-
-
-def _relay(source: str, table_: str, data: Path, *more: str) -> RelayProcess:
-    args = ["--source", source, "--table", table_, "--port", "0", "--data-dir", str(data)]
-    return RelayProcess([*args, *more], data.parent / f"{data.name}.log").start()
 
 
 def _wait_max(url: str, scn: int, timeout: float = 300) -> float:
@@ -71,7 +66,7 @@ def _throughput(db: PrivateMariaDB, tmp: Path) -> dict[str, Any]:
         last = end_scn(conn)
     conn.close()
     began = time.perf_counter()
-    top = _relay(db.url, "bench.t", tmp / "a", "--since-scn", str(start))
+    top = relay_process(db.url, "bench.t", tmp / "a", "--since-scn", str(start))
     try:
         while get_json(top.url, "/stats")["capture"]["last_scn"] < last:
             time.sleep(0.005)
@@ -80,7 +75,7 @@ def _throughput(db: PrivateMariaDB, tmp: Path) -> dict[str, Any]:
         raw_s = min(_raw_read(top.url, start, newest) for _ in range(3))
         source = top.url.replace("http://", "sluice://")
         began = time.perf_counter()
-        low = _relay(source, "bench.t", tmp / "b", "--since-scn", str(start))
+        low = relay_process(source, "bench.t", tmp / "b", "--since-scn", str(start))
         try:
             chain_s = _wait_max(low.url, newest) - began
         finally:
@@ -103,8 +98,8 @@ def run() -> dict[str, Any]:
         results: dict[str, Any] = {"throughput": _throughput(db, tmp)}
         with db.connect() as conn, conn.cursor() as cur:
             cur.execute("CREATE TABLE bench.lat (id INT PRIMARY KEY, v VARCHAR(10))")
-        top = _relay(db.url, "bench.lat", tmp / "la")
-        low = _relay(top.url.replace("http://", "sluice://"), "bench.lat", tmp / "lb")
+        top = relay_process(db.url, "bench.lat", tmp / "la")
+        low = relay_process(top.url.replace("http://", "sluice://"), "bench.lat", tmp / "lb")
         try:
             for n, rate in enumerate(RATES):
                 urls = [top.url, low.url]

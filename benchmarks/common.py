@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.capture.mysql.scn import scn_position
+from sluice.testing import RelayProcess
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -27,6 +28,13 @@ SMALL_TABLE_ROWS = (
 def fill_small_table(cur: Any, events: int) -> None:
     for off in range(0, events, 1000):
         cur.execute(SMALL_TABLE_ROWS.format(off=off, n=1000))
+
+
+def relay_process(source: str, table_: str, data: Path, *more: str) -> RelayProcess:
+    """``sluice relay`` in its own process, as deployed (a relay in the benchmark's process
+    would share its GIL with the consumer and the writer), its log beside ``data``."""
+    args = ["--source", source, "--table", table_, "--port", "0", "--data-dir", str(data)]
+    return RelayProcess([*args, *more], data.parent / f"{data.name}.log").start()
 
 
 def machine() -> dict[str, Any]:

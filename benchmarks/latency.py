@@ -1,4 +1,5 @@
-"""Commit-to-consumer latency through relay and client at a steady commit rate."""
+"""Commit-to-consumer latency through relay and client at a steady commit rate: the relay in
+its own process (as deployed), the client and the writer in the benchmark's."""
 
 from __future__ import annotations
 
@@ -10,13 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-
-from benchmarks.common import binlog_reader, table, write_results
+from benchmarks.common import binlog_reader, relay_process, table, write_results
 from sluice.capture.mysql.metadata import end_scn
 from sluice.client import AsyncClient, BaseConsumer, ClientConfig
 from sluice.core.event import Event
-from sluice.relay import Relay, RelayConfig
 from sluice.testing import PrivateMariaDB
 
 FAST_RATE, FAST_SECONDS = 1000, 8.0
@@ -43,9 +41,11 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 async def _measure(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
-    config = RelayConfig(source=SecretStr(db.url), tables=["bench.lat"], data_dir=data, port=0)
-    async with Relay(config) as relay:
-        (found,) = await measure_clients(db, [f"http://127.0.0.1:{relay.port}"], rate, seconds)
+    relay = await asyncio.to_thread(relay_process, db.url, "bench.lat", data / "relay")
+    try:
+        (found,) = await measure_clients(db, [relay.url], rate, seconds)
+    finally:
+        relay.stop()
     return found
 
 

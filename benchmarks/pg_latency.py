@@ -1,5 +1,6 @@
 """PostgreSQL commit-to-consumer latency at a steady commit rate: through the Sluice relay
-and client, and (baseline) a psycopg2 logical-replication loop reading the slot directly.
+(in its own process, as deployed) and client, and (baseline) a psycopg2 logical-replication
+loop reading the slot directly.
 The server commits synchronously here: with ``synchronous_commit=off`` WAL reaches the
 walsender only every ``wal_writer_delay``."""
 
@@ -16,10 +17,9 @@ from typing import Any
 import psycopg2
 import psycopg2.extras
 
-from benchmarks.common import table, write_results
+from benchmarks.common import relay_process, table, write_results
 from benchmarks.latency import FAST_RATE, FAST_SECONDS, _Arrivals, _percentiles
 from sluice.client import AsyncClient, ClientConfig
-from sluice.relay import Relay, RelayConfig
 from sluice.testing.postgres import PrivatePostgres
 
 
@@ -38,17 +38,11 @@ def _commits(pg: PrivatePostgres, table_name: str, rate: int, seconds: float) ->
 
 async def _sluice(pg: PrivatePostgres, rate: int, seconds: float) -> dict[str, Any]:
     data = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
-    config = RelayConfig(
-        source=pg.source_url("bench", slot=f"lat{rate}"),
-        tables=["public.lat"],
-        data_dir=data,
-        port=0,
-    )
-    async with Relay(config) as relay:
+    source = pg.source_url("bench", slot=f"lat{rate}")
+    relay = await asyncio.to_thread(relay_process, source, "public.lat", data / "relay")
+    try:
         consumer = _Arrivals()
-        client = AsyncClient(
-            ClientConfig(relays=(f"http://127.0.0.1:{relay.port}",), since_scn=None), consumer
-        )
+        client = AsyncClient(ClientConfig(relays=(relay.url,), since_scn=None), consumer)
         task = asyncio.create_task(client.run())
         await asyncio.sleep(0.5)
         commits = await asyncio.to_thread(_commits, pg, "lat", rate, seconds)
@@ -57,6 +51,8 @@ async def _sluice(pg: PrivatePostgres, rate: int, seconds: float) -> dict[str, A
             await asyncio.sleep(0.05)
         client.stop()
         await task
+    finally:
+        relay.stop()
     return _percentiles([(consumer.seen[i] - t) * 1000 for i, t in commits.items()])
 
 
