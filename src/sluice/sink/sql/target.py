@@ -214,12 +214,15 @@ class SqlTarget:
         await self._settle()
         group = self._take()
         if group is not None:
-            await self._commit_taken(group)
+            await self._committed(group, self._send(group))
 
     def _commit_in_background(self) -> None:
         group = self._take()
         if group is not None:
-            self._inflight = asyncio.create_task(self._commit_taken(group))
+            # Sent to the thread now, as it is taken: sent when the task first ran, a group a
+            # commit() took meanwhile (the timer's, while _settle awaited) went first, and
+            # this one's TRUNCATE or older values then overwrote the newer rows.
+            self._inflight = asyncio.create_task(self._committed(group, self._send(group)))
 
     def _take(self) -> _Group | None:
         """The held windows, out of the buffer at once (so a window that comes while their
@@ -231,10 +234,14 @@ class SqlTarget:
         self._committing += group.windows
         return group
 
-    async def _commit_taken(self, group: _Group) -> None:
+    def _send(self, group: _Group) -> asyncio.Future[None]:
+        """A taken group to the target's thread, whose jobs run in the order sent."""
+        work = lambda: self._apply_held(group.changes, group.columns, group.checkpoint)  # noqa: E731
+        return asyncio.get_running_loop().run_in_executor(self._thread, work)
+
+    async def _committed(self, group: _Group, sent: asyncio.Future[None]) -> None:
         try:
-            work = lambda: self._apply_held(group.changes, group.columns, group.checkpoint)  # noqa: E731
-            await self._run(work, held=group.windows)
+            await self._outcome(sent, held=group.windows)
         finally:
             self._committing -= group.windows
 
@@ -258,12 +265,16 @@ class SqlTarget:
 
         await self._run(rollback)
 
-    async def _run(self, work: Callable[[], T], held: int = 0) -> T:
-        """Run on the target's thread; driver errors become ``TargetUnavailable`` (down:
-        retried; ``HeldWindowsLost`` when ``held`` windows went with the transaction) or
-        ``ConfigError`` (refused: the sink stops)."""
+    async def _run(self, work: Callable[[], T]) -> T:
+        """Run on the target's thread (see ``_outcome``)."""
+        return await self._outcome(asyncio.get_running_loop().run_in_executor(self._thread, work))
+
+    async def _outcome(self, sent: asyncio.Future[T], held: int = 0) -> T:
+        """A job sent to the target's thread, awaited; driver errors become
+        ``TargetUnavailable`` (down: retried; ``HeldWindowsLost`` when ``held`` windows went
+        with the transaction) or ``ConfigError`` (refused: the sink stops)."""
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, work)
+            return await sent
         except SluiceError:
             self._thread.submit(self._forget)
             raise
