@@ -17,7 +17,7 @@ scaled to a walsender busy the whole time: an upper bound on what any replicatio
 could read.
 
 Every reader is timed from its replication connection's connect to its last row. The relay's
-own start before its capture connects (its buffer, the server checks: ~25-35 ms) is a one-off
+own start before its capture connects (its buffer, the server checks: ~20-40 ms) is a one-off
 of each start, not a rate: it is reported apart (``relay_start_ms``, and the rounds with it
 counted in, ``rounds_vs_server_ceiling_with_relay_start``)."""
 
@@ -132,7 +132,7 @@ def _sluice(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
                 done.set()
 
         relay._wake_streams = woken  # type: ignore[method-assign]
-        PostgresCapture._stream_once = timed  # type: ignore[method-assign]
+        PostgresCapture._stream_once = timed  # type: ignore[method-assign,assignment]
         try:
             began = time.perf_counter()
             service.start()
@@ -150,13 +150,23 @@ def _sluice(pg: PrivatePostgres, slot: str, start: int, rows: int) -> float:
     return ended - streams[0]
 
 
-def _stream(pg: PrivatePostgres, slot: str, options: dict[str, str]) -> Any:
+def _stream(pg: PrivatePostgres, slot: str, options: dict[str, str], connected: Any = None) -> Any:
+    """A replication connection streaming ``slot``; ``connected(conn)`` runs between the
+    connect and the stream's start."""
     conn = psycopg2.connect(
         pg.dsn("bench"), connection_factory=psycopg2.extras.LogicalReplicationConnection
     )
+    if connected is not None:
+        connected(conn)
     cur = conn.cursor()
     cur.start_replication(slot_name=slot, decode=False, options=options)
     return conn, cur
+
+
+def _walsender_cpu(conn: Any) -> tuple[int, float]:
+    """The pid of a replication connection's walsender and its CPU seconds so far."""
+    pid = conn.get_backend_pid()
+    return pid, _cpu_seconds(pid)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -192,14 +202,10 @@ def _ceiling_read(
     busy: dict[int, float] | None = None,
 ) -> float:
     options = {"proto_version": "1", "publication_names": "bench", **extra}
-    began = time.perf_counter()  # as Sluice's: from the connect (the walsender is this
-    conn = psycopg2.connect(  # connection's backend, so its CPU before is the connect's)
-        pg.dsn("bench"), connection_factory=psycopg2.extras.LogicalReplicationConnection
-    )
-    pid = conn.get_backend_pid()
-    cpu0 = _cpu_seconds(pid)
-    cur = conn.cursor()
-    cur.start_replication(slot_name=slot, decode=False, options=options)
+    walsender: list[tuple[int, float]] = []  # this connection's backend, its CPU before
+    began = time.perf_counter()  # as Sluice's: from the connect
+    conn, cur = _stream(pg, slot, options, lambda c: walsender.append(_walsender_cpu(c)))
+    ((pid, cpu0),) = walsender
     seen = 0
     while seen < rows:
         msg = cur.read_message()

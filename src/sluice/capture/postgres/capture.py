@@ -357,6 +357,8 @@ class PostgresCapture:
             return
         out = bulk_events(table, run) if len(parts) > 1 else None
         if out is not None:  # one event per message
+            if table.compiled_refused:  # the numpy run path took what the compiled one did not
+                self._compiled_refused(table, len(run))
             lo = 0
             for hi, events in parts:
                 events.extend(out[lo:hi])
@@ -373,7 +375,7 @@ class PostgresCapture:
         relation's columns allow it (``runs.py``), else row by row. False: the table's
         capture stopped (``on_decode_error``)."""
         out = bulk_events(table, run)
-        if table.compiled_refused:
+        if table.compiled_refused:  # (whichever Python path then takes it)
             self._compiled_refused(table, len(run))
         if out is not None:
             events.extend(out)
@@ -470,7 +472,7 @@ class PostgresCapture:
         return {s: catalog_facts(self._meta, *split_source(s)) for s in sorted(self._tables)}
 
     def _compiled_refused(self, table: PgTable, messages: int) -> None:
-        """A window's run the compiled transcoder handed back went through the Python paths
+        """A run the compiled transcoder handed back went through the Python paths
         (same events, slower): counted per table and in ``/metrics``, said once per table."""
         info = self.stats.tables.setdefault(table.source, {})
         info["compiled_refused_messages"] = info.get("compiled_refused_messages", 0) + messages

@@ -235,9 +235,10 @@ class SqlTarget:
         return group
 
     def _send(self, group: _Group) -> asyncio.Future[None]:
-        """A taken group to the target's thread, whose jobs run in the order sent."""
-        work = lambda: self._apply_held(group.changes, group.columns, group.checkpoint)  # noqa: E731
-        return asyncio.get_running_loop().run_in_executor(self._thread, work)
+        """A taken group to the target's thread."""
+        return self._submit(
+            lambda: self._apply_held(group.changes, group.columns, group.checkpoint)
+        )
 
     async def _committed(self, group: _Group, sent: asyncio.Future[None]) -> None:
         try:
@@ -267,7 +268,11 @@ class SqlTarget:
 
     async def _run(self, work: Callable[[], T]) -> T:
         """Run on the target's thread (see ``_outcome``)."""
-        return await self._outcome(asyncio.get_running_loop().run_in_executor(self._thread, work))
+        return await self._outcome(self._submit(work))
+
+    def _submit(self, work: Callable[[], T]) -> asyncio.Future[T]:
+        """``work`` queued on the target's thread now (its jobs run in the order queued)."""
+        return asyncio.get_running_loop().run_in_executor(self._thread, work)
 
     async def _outcome(self, sent: asyncio.Future[T], held: int = 0) -> T:
         """A job sent to the target's thread, awaited; driver errors become
