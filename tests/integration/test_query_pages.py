@@ -242,3 +242,69 @@ def test_postgresql_pages_read_by_fetch_are_counted_and_said(
     assert report["fetched_pages"] == 2 and "LATIN1" in report["fetched_pages_why"][0]
     said = [r for r in caplog.records if "plain fetch" in r.getMessage()]
     assert len(said) == 1
+
+
+MYSQL_KINDS = (
+    "CREATE TABLE k (id BIGINT PRIMARY KEY, i INT, u BIGINT UNSIGNED, y YEAR, f FLOAT, "
+    "g DOUBLE, n DECIMAL(30,6), d DATE, dt DATETIME(3), ts TIMESTAMP(6) NULL, tm TIME(6), "
+    "st SET('a','b'), bi BIT(5), e ENUM('x','y'), s VARCHAR(400), tx MEDIUMTEXT, "
+    "bl LONGBLOB, js JSON)"
+)
+MYSQL_ROWS = [
+    "(1, -5, 18446744073709551615, 2155, 1.5, -2.5e-300, -123456789012345678.123456, "
+    "'2024-02-29', '1000-01-01 00:00:00.001', '2038-01-19 03:14:07.999999', '-838:59:59', "
+    "'a,b', b'10101', 'y', REPEAT('é', 300), REPEAT('t', 70000), x'00ff', '{\"a\": [1]}')",
+    "(2, NULL, 0, NULL, NULL, 0, 0, '0000-00-00', '0000-00-00 00:00:00', NULL, '00:00:01.5', "
+    "'', b'0', NULL, '', '', '', 'null')",
+    "(3, 2147483647, 1, 1901, -0, 1e308, 0.000001, '9999-12-31', '9999-12-31 23:59:59.999', "
+    "'1970-01-01 00:00:01', '838:59:59.000000', 'b', NULL, 'x', 'plain', NULL, NULL, NULL)",
+]
+
+
+def test_mysql_pages_read_at_once_are_the_row_parsers_rows(
+    mariadb: PrivateMariaDB, database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A page read off the wire at once and split into columns gives each row exactly as the
+    generated row parser (seeding's) reads it, for every kind, nulls, zero dates and values
+    with 2- and 3-byte lengths; a value of 16 MiB or more (an 8-byte length) is parsed row
+    by row instead: the same rows, counted in /stats (``parsed_pages``) and said once."""
+    from sluice.capture.query.dialect import Select
+    from sluice.capture.query.mysql import MySQLDialect
+
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION sql_mode = ''")  # zero dates, as an old schema may hold
+        cur.execute(MYSQL_KINDS)
+        cur.execute("INSERT INTO k VALUES " + ", ".join(MYSQL_ROWS))
+        cur.execute("SET GLOBAL max_allowed_packet = 67108864")  # for the 17 MiB row
+    conn.commit()
+    dialect = MySQLDialect(mariadb.url)
+    try:
+        dialect.connect()
+        schema = dialect.describe(f"{database}.k")
+        select = Select(schema, ("`id`",), "1=1", (), "`id`", None)
+        batch = dialect.batch(select)
+        assert batch.arrays is not None  # read as columns
+        parsed = [(row, list(extra)) for row, extra in dialect.rows(select)]
+        assert [(row, list(extra)) for row, extra in batch.rows()] == parsed
+        assert [r[0][1:4] for r in parsed] == [[-5, 18446744073709551615, 2155], [None, 0, None],
+                                               [2147483647, 1, 1901]]  # fmt: skip
+        assert dialect.report()["parsed_pages"] == 0
+        big = mariadb.connect(database)  # a session that takes the new max_allowed_packet
+        with big.cursor() as cur:
+            cur.execute("INSERT INTO k (id, bl) VALUES (4, REPEAT('b', 17 * 1024 * 1024))")
+        big.commit()
+        big.close()
+        with caplog.at_level(logging.WARNING, "sluice"):
+            pages = [dialect.batch(select) for _ in range(2)]
+        assert all(p.arrays is None for p in pages)
+        parsed = [(row, list(extra)) for row, extra in dialect.rows(select)]
+        assert [(row, list(extra)) for row, extra in pages[0].rows()] == parsed
+        assert len(parsed) == 4 and len(parsed[3][0][16]) == 17 * 1024 * 1024
+        report = dialect.report()
+        assert report["parsed_pages"] == 2 and "16 MiB" in report["parsed_pages_why"][0]
+        said = [r for r in caplog.records if "parsed row by row" in r.getMessage()]
+        assert len(said) == 1
+    finally:
+        dialect.close()
+        conn.close()

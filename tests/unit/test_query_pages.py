@@ -3,7 +3,7 @@ pages: the same events byte for byte, the same positions, the same skipped rows,
 
 SQLite runs for real (a file per example, values of every storage class in every declared
 type); PostgreSQL and MySQL run their dialect's own conversions over pages a stand-in hands
-out (the server's text forms, and the packet parser's canonical values). The row path is the
+out (the server's text forms: COPY's CSV, the text protocol's row packets). The row path is the
 reference: each poll runs twice, once with the page path off.
 """
 
@@ -27,12 +27,18 @@ from sluice.capture.postgres.types import column_kind
 from sluice.capture.query import pages, poll, sqlite_columns
 from sluice.capture.query.columns import canonical
 from sluice.capture.query.dialect import ArrayRows, Batch, Row, Select
+from sluice.capture.query.mysql import _row_path as mysql_row_path
+from sluice.capture.query.mysql_pages import column_reader, split
 from sluice.capture.query.options import TableOptions
 from sluice.capture.query.poll import TablePoller
 from sluice.capture.query.postgres import _column_reader, _csv_columns
 from sluice.capture.query.postgres import _row_path as pg_row_path
 from sluice.capture.query.sqlite import SqliteDialect
 from sluice.schemas import Column, SchemaRegistry, TableSchema
+from sluice.schemas.arrow_encoder import ARROW_KINDS, arrow_encodable
+from tests.unit.test_mysql_pages import COLUMNS as MYSQL_COLUMNS
+from tests.unit.test_mysql_pages import packet as mysql_packet
+from tests.unit.test_mysql_pages import pages as mysql_pages
 from tests.unit.test_pg_runs import COLUMNS as PG_COLUMNS
 
 Polled = list[tuple[list[bytes], dict[str, Any], tuple[str, ...]]]
@@ -184,9 +190,11 @@ class _Pages:
         convert: Any,
         column: Any,
         copy: bool = False,
+        arrays: Any = None,
     ):
         self.schema, self.all, self.convert, self.column = schema, rows, convert, column
         self.copy = copy  # PostgreSQL's COPY: the page as CSV, read into Arrow columns
+        self.arrays = arrays  # raw rows -> their columns as Arrow arrays (or None)
 
     def describe(self, source: str) -> TableSchema:
         return self.schema
@@ -203,6 +211,9 @@ class _Pages:
         width = len(self.schema.columns)
         if self.copy:
             arrays = _csv_columns(pg_csv(raw), width + 1)
+            return Batch(ArrayRows(arrays), width, self.convert, self.column, arrays)
+        arrays = None if self.arrays is None else self.arrays(raw)
+        if arrays is not None:
             return Batch(ArrayRows(arrays), width, self.convert, self.column, arrays)
         return Batch(raw, width, self.convert, self.column)
 
@@ -298,65 +309,51 @@ def test_copy_csv_reads_back_every_text_and_null(rows: list[list[str | None]]) -
     assert list(lazy) == [tuple(r) for r in rows]
 
 
-# MySQL's packet parser gives canonical values: (kind, source type, values, precision, scale)
-_MYSQL: list[tuple[str, str, Any, int, int]] = [
-    ("int", "bigint", _LONG, 0, 0),
-    ("date", "date", st.integers(-719_162, 2_932_896), 0, 0),
-    ("datetime", "datetime(6)", _LONG, 0, 0),
-    ("timestamp", "timestamp(6)", _LONG, 0, 0),
-    ("double", "double", st.floats(), 0, 0),
-    ("decimal", "decimal(18,4)", st.decimals(-(10**14), 10**14, places=4), 18, 4),
-    ("decimal", "decimal(10,2)", st.decimals(-(10**8), 10**8, places=2), 10, 2),
-    ("string", "varchar(40)", st.text(), 0, 0),
-    ("enum", "enum('a','b')", st.sampled_from(["a", "b"]), 0, 0),
-    ("json", "json", st.text(), 0, 0),
-    ("uuid", "uuid", st.uuids().map(str), 0, 0),
-    ("bytes", "varbinary(8)", st.binary(), 0, 0),
-    ("bool", "tinyint(1)", st.booleans(), 0, 0),
-]
+# MySQL: raw rows are the text protocol's bytes, split into columns as a page is read (or
+# left as rows, as a page ``split`` refuses), then the dialect's own readers and row path
+_MYSQL_KEPT = [i for i, c in enumerate(MYSQL_COLUMNS) if c.kind in ARROW_KINDS]  # the rest: rows
 _MYSQL_SCHEMA = TableSchema(
     "shop.t",
     1,
-    (
-        Column("id", "int", False, "bigint"),
-        *(Column(f"c{i}", k, True, t, p, s) for i, (k, t, _, p, s) in enumerate(_MYSQL)),
-    ),
+    (Column("id", "int", False, "bigint"), *(MYSQL_COLUMNS[i] for i in _MYSQL_KEPT)),
     ("id",),
 )
+_MYSQL_READERS = [column_reader(c) for c in _MYSQL_SCHEMA.columns]
 
 
-def _mysql_convert(raw: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
+def _mysql_arrays(raw: list[list[Any]]) -> list[pa.Array] | None:
     width = len(_MYSQL_SCHEMA.columns)
-    return list(raw[:width]), raw[width:]
+    arrays = split([mysql_packet(r[:width]) for r in raw], width)
+    return None if arrays is None else [*arrays, pa.array([r[-1] for r in raw], pa.string())]
 
 
 @settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
-    rows=st.lists(
-        st.tuples(*(st.one_of(st.none(), v) for _, _, v, _, _ in _MYSQL)), min_size=1, max_size=40
-    ),
-    odd=st.one_of(st.none(), st.integers(0, 39)),
+    rows=mysql_pages(),
     max_inc=st.one_of(st.none(), st.integers(-5, 50)),
+    by_columns=st.booleans(),
 )
 def test_mysql_pages_equal_the_row_path(
-    rows: list[tuple[Any, ...]],
-    odd: int | None,
+    rows: list[list[bytes | None]],
     max_inc: int | None,
+    by_columns: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    table = [[n, *r, str(n)] for n, r in enumerate(rows)]
-    if odd is not None and odd < len(table):  # more digits than the scale: truncated
-        table[odd][7] = Decimal("1.005")
+    assert arrow_encodable(_MYSQL_SCHEMA)  # the page path takes the table
+    table = [[str(n).encode(), *(r[i] for i in _MYSQL_KEPT), str(n)] for n, r in enumerate(rows)]
     options = TableOptions("incrementing", (), "id", page_rows=8)
     position = {} if max_inc is None else {"max_inc": max_inc}
 
-    def column(i: int, values: Sequence[Any]) -> Any:
-        return canonical(_MYSQL_SCHEMA.columns[i], values)
-
     def make() -> TablePoller:
-        dialect = _Pages(_MYSQL_SCHEMA, table, _mysql_convert, column)
+        dialect = _Pages(
+            _MYSQL_SCHEMA,
+            table,
+            mysql_row_path(_MYSQL_SCHEMA),
+            lambda i, v: _MYSQL_READERS[i](v),
+            arrays=_mysql_arrays if by_columns else None,
+        )
         return TablePoller("shop.t", options, dialect, SchemaRegistry(), position)  # type: ignore[arg-type]
 
     fast, slow = _both(make, monkeypatch)

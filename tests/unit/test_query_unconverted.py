@@ -6,7 +6,8 @@ import pytest
 
 from sluice.capture.mysql.seed import row_parser
 from sluice.capture.query.dialect import Unconverted
-from sluice.capture.query.mysql import _fields, _unconverted
+from sluice.capture.query.mysql import _unconverted
+from sluice.capture.query.mysql_pages import fields as _fields
 from sluice.schemas import Column, TableSchema
 
 SCHEMA = TableSchema(

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.capture.postgres.types import column_kind, same_text
+from sluice.capture.texts import Places, gathered
 from sluice.schemas import TableSchema
 from sluice.schemas.arrow_encoder import ArrowEncoder, Unencodable, arrow_encodable, frame_events
 
@@ -102,7 +103,8 @@ class RunTranscoder:
             return None
         try:
             values = [
-                parse(text) for parse, text in zip(self._parsers, _texts(buf, columns), strict=True)
+                parse(text)
+                for parse, text in zip(self._parsers, gathered(buf, columns), strict=True)
             ]
             payload = self._encoder.payloads(values)
             keys = self._encoder.keys(values)
@@ -121,7 +123,7 @@ def _bounds(payloads: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return ends - lengths, ends
 
 
-_Column = tuple[np.ndarray, np.ndarray, np.ndarray]  # value starts, lengths, valid
+_Column = Places  # value starts, lengths, valid
 
 
 def _columns(
@@ -152,26 +154,4 @@ def _columns(
         pos = np.where(valid, pos + 5 + length, pos + 1)
     if (pos != ends).any():
         return None
-    return out
-
-
-def _texts(buf: np.ndarray, columns: list[_Column]) -> list[pa.Array]:
-    """Each column's texts as a string array (nulls where the server sent none), all read
-    out of the messages by one gather."""
-    rows = len(columns[0][0])
-    starts = np.concatenate([start for start, _, _ in columns])
-    lengths = np.concatenate([length for _, length, _ in columns])
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    # each value's bytes: its start, then one further per byte
-    index = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]))
-    data = pa.py_buffer(buf[index])
-    offsets32 = offsets.astype(np.int32)
-    out = []
-    for k, (_, _, valid) in enumerate(columns):
-        nulls = rows - int(np.count_nonzero(valid))
-        bitmap = None if nulls == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
-        # a column's offsets are a slice of the joint ones (Arrow's need not start at 0)
-        offsets_k = pa.py_buffer(offsets32[k * rows : (k + 1) * rows + 1])
-        out.append(pa.StringArray.from_buffers(rows, offsets_k, data, bitmap, nulls))
     return out

@@ -6,9 +6,11 @@ protocol's packets by seeding's generated parser, so a polled row has the canoni
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 import pymysql
 import pymysql.cursors
 
@@ -16,15 +18,27 @@ from sluice.capture.mysql.describe import describe_table
 from sluice.capture.mysql.ranges import q, table_ref
 from sluice.capture.mysql.seed import (
     _CONVERT,
+    _TEXT_KINDS,
     _select_expr,
     execute_select,
     row_parser,
 )
 from sluice.capture.mysql.url import parse_source_url
-from sluice.capture.query.columns import canonical
-from sluice.capture.query.dialect import Batch, Row, Select, Unconverted
+from sluice.capture.query.dialect import ArrayRows, Batch, Row, Select, Unconverted
+from sluice.capture.query.mysql_pages import (
+    column_reader,
+    fields,
+    result_packets,
+    split,
+    text_array,
+)
 from sluice.errors import DecodeError, SourceConnectionError
 from sluice.schemas import Column, TableSchema
+
+log = logging.getLogger(__name__)
+
+
+_Read = Callable[[Sequence[Any]], pa.Array]
 
 
 class MySQLDialect:
@@ -39,6 +53,8 @@ class MySQLDialect:
     def __init__(self, url: str) -> None:
         self.url = parse_source_url(url)
         self.conn: pymysql.Connection[Any] | None = None
+        self._parsed_pages: dict[str, int] = {}  # why -> pages read row by row
+        self._column_readers: dict[tuple[Column, ...], list[_Read]] = {}
 
     def connect(self) -> None:
         self.conn = self.url.params().connect(autocommit=True)
@@ -89,26 +105,65 @@ class MySQLDialect:
                 yield values[:width], values[width:]
 
     def report(self) -> dict[str, Any]:
-        return {}
+        """Pages parsed row by row instead of split into columns (slower), for ``/stats``."""
+        return {
+            "parsed_pages": sum(self._parsed_pages.values()),
+            "parsed_pages_why": sorted(self._parsed_pages) or None,
+        }
 
     def batch(self, select: Select) -> Batch:
-        """The parser's rows are canonical already: a column is its values as they are."""
+        """A page's raw rows are each column's text-protocol bytes (None for NULL), then the
+        extra values' texts: as columns when ``mysql_pages.split`` lays the page out, else
+        as rows by the row parser's field reader. Both take the same row path."""
         schema = select.schema
-        raw = list(self._parsed(select))
         width = len(schema.columns)
-
-        def convert(values: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
-            if isinstance(values, bytes):
-                return _unconverted(schema, values, width)
-            return list(values[:width]), values[width:]
-
-        whole = not any(isinstance(values, bytes) for values in raw)
+        sql, args = self._sql(select)
+        conn = self._db()
+        with conn.cursor(pymysql.cursors.SSCursor) as cur:
+            execute_select(cur, sql, args, schema.source)
+            packets = result_packets(conn)
+        arrays = split(packets, width + len(select.extra))
+        raw: Sequence[Sequence[Any]]
+        if arrays is not None:
+            try:
+                arrays = [*arrays[:width], *map(text_array, arrays[width:])]
+            except pa.ArrowInvalid:
+                arrays = None
+        if arrays is None:
+            if packets:
+                self._parsed_instead("a value of 16 MiB or more, or a row it cannot lay out")
+            raw = [_raw_row(data, width) for data in packets]
+        else:
+            raw = ArrayRows(arrays)
+        readers = self._readers(schema)
         return Batch(
             raw,
             width,
-            convert,
-            (lambda i, values: canonical(schema.columns[i], values)) if whole else None,
+            _row_path(schema),
+            lambda i, values: readers[i](values),
+            arrays,
         )
+
+    def _readers(self, schema: TableSchema) -> list[_Read]:
+        key = tuple(schema.columns)
+        readers = self._column_readers.get(key)
+        if readers is None:
+            if len(self._column_readers) > 64:
+                self._column_readers.clear()
+            readers = self._column_readers[key] = [column_reader(c) for c in schema.columns]
+        return readers
+
+    def _parsed_instead(self, why: str) -> None:
+        if why not in self._parsed_pages:
+            log.warning("MySQL pages are parsed row by row (slower): %s", why)
+        self._parsed_pages[why] = self._parsed_pages.get(why, 0) + 1
+
+    def _sql(self, select: Select) -> tuple[str, Sequence[Any]]:
+        schema = select.schema
+        exprs = ", ".join(_select_expr(c) for c in schema.columns)
+        extra = "".join(f", CAST({e} AS CHAR) AS _sluice_x{i}" for i, e in enumerate(select.extra))
+        sql = f"SELECT {exprs}{extra} FROM {table_ref(schema.source)} WHERE {select.where}"
+        return sql + select.tail(), select.args
 
     def _parsed(self, select: Select) -> Iterator[list[Any] | bytes]:
         """Each row packet parsed (the schema's columns, then the extra values as text), or
@@ -116,12 +171,10 @@ class MySQLDialect:
         schema = select.schema
         extras = [Column(f"_x{i}", "string", True, "text") for i in range(len(select.extra))]
         parse = row_parser((*schema.columns, *extras))
-        exprs = ", ".join(_select_expr(c) for c in schema.columns)
-        extra = "".join(f", CAST({e} AS CHAR) AS _sluice_x{i}" for i, e in enumerate(select.extra))
-        sql = f"SELECT {exprs}{extra} FROM {table_ref(schema.source)} WHERE {select.where}"
+        sql, args = self._sql(select)
         conn = self._db()
         cur = conn.cursor(pymysql.cursors.SSCursor)
-        execute_select(cur, sql + select.tail(), select.args, schema.source)
+        execute_select(cur, sql, args, schema.source)
         result = cur._result  # unbuffered: the row packets are still unread
         try:
             while True:
@@ -138,12 +191,56 @@ class MySQLDialect:
             cur.close()
 
 
+def _raw_row(data: bytes, width: int) -> list[Any]:
+    """A row packet as a page's raw row: the columns' bytes, then the extra values' texts."""
+    values: list[Any] = fields(data)
+    values[width:] = [None if v is None else v.decode() for v in values[width:]]
+    return values
+
+
+def _row_path(schema: TableSchema) -> Callable[[Sequence[Any]], tuple[Row, Sequence[Any]]]:
+    """A raw row -> ``(canonical row or Unconverted, raw extra values)``: the generated row
+    parser's conversions, value by value."""
+    width = len(schema.columns)
+    converters = [_value_converter(c.kind) for c in schema.columns]
+
+    def convert(raw: Sequence[Any]) -> tuple[Row, Sequence[Any]]:
+        values = raw[:width]
+        row: Row
+        try:
+            row = [None if v is None else f(v) for f, v in zip(converters, values, strict=True)]
+        except (ValueError, ArithmeticError, IndexError):
+            row = Unconverted(_undecodable(schema, values))
+        return row, raw[width:]
+
+    return convert
+
+
+def _value_converter(kind: str) -> Callable[[bytes], Any]:
+    if kind in _TEXT_KINDS:
+        return bytes.decode
+    if kind in ("bytes", "geometry"):
+        return bytes
+    return _CONVERT[kind]
+
+
 def _unconverted(schema: TableSchema, data: bytes, width: int) -> tuple[Row, list[Any]]:
     """A row packet the parser refused: why (the first column that does not convert) and
     its position values (text, as the parser gives them)."""
-    raw = _fields(data)
-    error = DecodeError(f"cannot decode a row of {schema.source}", source=schema.source)
-    for col, value in zip(schema.columns, raw, strict=False):
+    raw = fields(data)
+    error = _undecodable(schema, raw[:width])
+    return Unconverted(error), [None if v is None else v.decode() for v in raw[width:]]
+
+
+def _undecodable(schema: TableSchema, raw: Sequence[bytes | None]) -> DecodeError:
+    """Why a row's values do not convert: the first column that does not."""
+    if len(raw) != len(schema.columns):
+        return DecodeError(
+            f"cannot decode a row of {schema.source}: {len(raw)} values for "
+            f"{len(schema.columns)} columns",
+            source=schema.source,
+        )
+    for col, value in zip(schema.columns, raw, strict=True):
         convert = _CONVERT.get(col.kind)
         try:
             if value is not None and convert is not None:
@@ -151,33 +248,9 @@ def _unconverted(schema: TableSchema, data: bytes, width: int) -> tuple[Row, lis
             elif value is not None and col.kind not in ("bytes", "geometry"):
                 value.decode()
         except (ValueError, ArithmeticError) as exc:
-            error = DecodeError(
+            return DecodeError(
                 f"cannot decode column {col.name!r} ({col.source_type}) of {schema.source}: "
                 f"{(value or b'')[:40].decode(errors='replace')!r} ({exc})",
                 source=schema.source,
             )
-            break
-    return Unconverted(error), [None if v is None else v.decode() for v in raw[width:]]
-
-
-def _fields(data: bytes) -> list[bytes | None]:
-    """A text-protocol row packet's values as bytes (None for NULL)."""
-    out: list[bytes | None] = []
-    p = 0
-    while p < len(data):
-        n = data[p]
-        if n == 0xFB:
-            out.append(None)
-            p += 1
-            continue
-        if n < 251:
-            p += 1
-        elif n == 0xFC:
-            n, p = int.from_bytes(data[p + 1 : p + 3], "little"), p + 3
-        elif n == 0xFD:
-            n, p = int.from_bytes(data[p + 1 : p + 4], "little"), p + 4
-        else:
-            n, p = int.from_bytes(data[p + 1 : p + 9], "little"), p + 9
-        out.append(data[p : p + n])
-        p += n
-    return out
+    return DecodeError(f"cannot decode a row of {schema.source}", source=schema.source)
