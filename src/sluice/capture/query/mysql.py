@@ -123,18 +123,17 @@ class MySQLDialect:
             execute_select(cur, sql, args, schema.source)
             packets = result_packets(conn)
         arrays = split(packets, width + len(select.extra))
-        raw: Sequence[Sequence[Any]]
-        if arrays is not None:
+        if arrays is None and packets:
+            self._parsed_instead("a value of 16 MiB or more, or a row it cannot lay out")
+        elif arrays is not None:
             try:
                 arrays = [*arrays[:width], *map(text_array, arrays[width:])]
             except pa.ArrowInvalid:
                 arrays = None
-        if arrays is None:
-            if packets:
-                self._parsed_instead("a value of 16 MiB or more, or a row it cannot lay out")
-            raw = [_raw_row(data, width) for data in packets]
-        else:
-            raw = ArrayRows(arrays)
+                self._parsed_instead("a position value's text is not UTF-8")
+        raw: Sequence[Sequence[Any]] = (
+            [_raw_row(data, width) for data in packets] if arrays is None else ArrayRows(arrays)
+        )
         readers = self._readers(schema)
         return Batch(
             raw,
