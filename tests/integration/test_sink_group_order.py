@@ -53,3 +53,27 @@ def test_a_commit_taken_meanwhile_never_overtakes_the_group_before_it(tmp_path: 
     asyncio.run(main())
     with sqlite3.connect(path) as conn:
         assert conn.execute('SELECT "v" FROM "t"').fetchall() == [("newer",)]
+
+
+def test_a_group_cancelled_before_its_commit_ran_is_counted_out(tmp_path: Path) -> None:
+    """A background group whose task is cancelled (the sink stopping) before it first ran
+    leaves ``held``: counted in a running commit no more (its finally never ran)."""
+    config = SinkConfig(
+        to=SecretStr(f"sqlite:///{tmp_path / 'replica.db'}"),
+        relays=["http://127.0.0.1:1"],
+        commit_rows=1,
+    )
+
+    async def main() -> None:
+        target = open_target(config)
+        await target.start()
+        await target.deliver(_window(1, "created"))
+        await target.deliver(_window(2, "held"))  # commit_rows=1: committed in background
+        task = target._inflight  # type: ignore[attr-defined]
+        assert task is not None and target.held == 1
+        task.cancel()  # before it first ran: the coroutine never starts
+        await asyncio.wait([task])
+        assert target.held == 0
+        await target.stop()
+
+    asyncio.run(main())

@@ -126,16 +126,17 @@ class SqlTarget:
         if self.held:
             return  # the next commit writes a newer checkpoint anyway
 
-        def save() -> None:
+        def save() -> bool:
             if self._open or self._poisoned:
-                return  # inside a big window: its commit writes a newer checkpoint
+                return False  # inside a big window: its commit writes a newer checkpoint
             conn = self._connection()
             self._begin(conn)
             self._write_checkpoint(conn.cursor(), checkpoint)
             conn.commit()
-            self.committed = checkpoint
+            return True
 
-        await self._run(save)
+        if await self._run(save):
+            self.committed = checkpoint  # on the loop, as every other change of it
 
     async def deliver(self, batch: Batch) -> None:
         plain = batch.first and batch.last and self._plain(batch)
@@ -165,7 +166,7 @@ class SqlTarget:
     async def _settle(self) -> None:
         """Wait for the group in flight; its failure is raised here."""
         inflight, self._inflight = self._inflight, None
-        if inflight is not None:
+        if inflight is not None and not inflight.cancelled():  # cancelled: the sink stops
             await inflight
 
     def _plain(self, batch: Batch) -> bool:
@@ -214,7 +215,10 @@ class SqlTarget:
         await self._settle()
         group = self._take()
         if group is not None:
-            await self._committed(group, self._send(group))
+            try:
+                await self._committed(group, self._send(group))
+            finally:
+                self._committing -= group.windows
 
     def _commit_in_background(self) -> None:
         group = self._take()
@@ -222,7 +226,13 @@ class SqlTarget:
             # Sent to the thread now, as it is taken: sent when the task first ran, a group a
             # commit() took meanwhile (the timer's, while _settle awaited) went first, and
             # this one's TRUNCATE or older values then overwrote the newer rows.
-            self._inflight = asyncio.create_task(self._committed(group, self._send(group)))
+            task = asyncio.create_task(self._committed(group, self._send(group)))
+            # counted out when the task ends, even one cancelled before it first ran
+            task.add_done_callback(lambda _task: self._counted_out(group.windows))
+            self._inflight = task
+
+    def _counted_out(self, windows: int) -> None:
+        self._committing -= windows
 
     def _take(self) -> _Group | None:
         """The held windows, out of the buffer at once (so a window that comes while their
@@ -241,10 +251,9 @@ class SqlTarget:
         )
 
     async def _committed(self, group: _Group, sent: asyncio.Future[None]) -> None:
-        try:
-            await self._outcome(sent, held=group.windows)
-        finally:
-            self._committing -= group.windows
+        await self._outcome(sent, held=group.windows)
+        if group.checkpoint is not None:
+            self.committed = group.checkpoint  # on the loop: /stats sees it with the count
 
     def _discard(self) -> None:
         self._buffer, self._held_columns = [], None
@@ -432,8 +441,6 @@ class SqlTarget:
         conn.commit()
         self.commits += 1
         self._open = False
-        if checkpoint is not None:
-            self.committed = checkpoint
 
     def _schema_change(self, conn: Any, ddl: list[tuple[str, str]]) -> None:
         """DDL before the window's statements; inside a big window, an engine whose DDL
