@@ -18,7 +18,7 @@ counts such pages.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -93,7 +93,7 @@ def _packet(
             return b"".join(parts), seq
 
 
-def _lost(conn: pymysql.Connection[Any]) -> None:
+def _lost(conn: pymysql.Connection[Any]) -> NoReturn:
     conn._force_close()
     raise pymysql.err.OperationalError(
         CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
