@@ -52,25 +52,7 @@ typedef struct {
 #include "../../_native/text.h"
 
 #include "../../_native/crc32.h"
-
-/* -- dates ------------------------------------------------------------------------------ */
-static const int month_days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-
-/* Days since 1970-01-01 of a valid date (year 1..9999), as Python's date.toordinal(). */
-static int valid_date(int64_t y, int64_t m, int64_t d) {
-    if (y < 1 || y > 9999 || m < 1 || m > 12 || d < 1) return 0;
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    return d <= month_days[m] + (m == 2 && leap);
-}
-
-static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
+#include "../../_native/dates.h"
 
 /* -- key text ---------------------------------------------------------------------------- */
 typedef struct {

@@ -51,6 +51,7 @@ typedef struct {
 #include "../../_native/text.h"
 
 #include "../../_native/crc32.h"
+#include "../../_native/dates.h"
 
 /* -- the server's text forms (refused: 0) ------------------------------------------------- */
 static inline int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
@@ -91,17 +92,6 @@ static int parse_double(const uint8_t *p, Py_ssize_t n, double *out) {
     return 1;
 }
 
-static const int month_days[13] = {0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-
-static int64_t days_from_civil(int64_t y, int64_t m, int64_t d) {
-    y -= m <= 2;
-    int64_t era = (y >= 0 ? y : y - 399) / 400;
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
 static inline int num(const uint8_t *p, int n) {
     int v = 0;
     for (int i = 0; i < n; i++) v = v * 10 + (p[i] - '0');
@@ -115,9 +105,7 @@ static int parse_date(const uint8_t *p, Py_ssize_t n, int64_t *out) {
     for (int i = 0; i < 10; i++)
         if (shape[i] == 'd' ? !is_digit(p[i]) : p[i] != shape[i]) return 0;
     int y = num(p, 4), m = num(p + 5, 2), d = num(p + 8, 2);
-    if (y < 1 || m < 1 || m > 12 || d < 1) return 0;
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    if (d > month_days[m] + (m == 2 && leap)) return 0;
+    if (!valid_date(y, m, d)) return 0;
     *out = days_from_civil(y, m, d);
     return 1;
 }
