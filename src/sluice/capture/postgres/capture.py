@@ -449,14 +449,17 @@ class PostgresCapture:
         columns, converters = facts.described()
         kinds = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX", "f": "FULL"}
         identity = kinds.get(relation.replica_identity, relation.replica_identity)
-        if self.stats.tables.get(source, {}).get("replica_identity") != identity:
+        # kept, not replaced: the server sends a table's Relation again after any change of
+        # its catalog entry (an ANALYZE, autovacuum), and its counts must survive that
+        info = self.stats.tables.setdefault(source, {})
+        if info.get("replica_identity") != identity:
             log.info(
                 "%s has REPLICA IDENTITY %s%s",
                 source,
                 identity,
                 "" if identity == "FULL" else ": before images hold the key only",
             )
-        self.stats.tables[source] = {"replica_identity": identity}
+        info["replica_identity"] = identity
         registry = self.settings.registry
         schema = registry.register(source, tuple(columns), facts.key)
         table = PgTable(source, registry.codec(source, schema.version), converters)
