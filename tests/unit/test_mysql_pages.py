@@ -22,6 +22,7 @@ from sluice.capture.query.dialect import Unconverted
 from sluice.capture.query.mysql import _raw_row, _row_path, _unconverted
 from sluice.capture.query.mysql_pages import column_reader, fields, result_packets, split
 from sluice.capture.query.pages import _REFUSED
+from sluice.errors import DecodeError
 from sluice.schemas import Column, TableSchema
 
 _LONG = st.integers(-(1 << 63), (1 << 63) - 1)
@@ -180,7 +181,13 @@ def test_the_row_path_over_raw_rows_is_the_row_parser(rows: list[list[bytes | No
 
 
 def test_a_raw_row_keeps_bytes_and_decodes_the_extra_values() -> None:
-    assert _raw_row(packet([b"1", None, b"2024-01-02"]), 1) == [b"1", None, "2024-01-02"]
+    assert _raw_row(packet([b"1", None, b"2024-01-02"]), 1, "shop.t") == [
+        b"1",
+        None,
+        "2024-01-02",
+    ]
+    with pytest.raises(DecodeError, match=r"value of shop\.t is not UTF-8 text .*: use a"):
+        _raw_row(packet([b"1", b"\xff"]), 1, "shop.t")
 
 
 def test_pages_split_cannot_lay_out_are_left_to_the_parser() -> None:

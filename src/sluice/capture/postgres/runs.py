@@ -123,12 +123,9 @@ def _bounds(payloads: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return ends - lengths, ends
 
 
-_Column = Places  # value starts, lengths, valid
-
-
 def _columns(
     buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, count: int
-) -> list[_Column] | None:
+) -> list[Places] | None:
     """Where each column's text lies in every message: ``(start, length, valid)`` arrays; None
     for a shape the row path must read (another column count, an unchanged TOASTed value, a
     length past the message)."""
@@ -141,7 +138,7 @@ def _columns(
         return None
     pos = starts + 8
     last = len(u32) - 1
-    out: list[_Column] = []
+    out: list[Places] = []
     for _ in range(count):
         if (pos >= ends).any():
             return None

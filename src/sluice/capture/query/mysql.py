@@ -128,11 +128,12 @@ class MySQLDialect:
         elif arrays is not None:
             try:
                 arrays = [*arrays[:width], *map(text_array, arrays[width:])]
-            except pa.ArrowInvalid:
+            except pa.ArrowInvalid:  # a position text that is not UTF-8: _raw_row says which
                 arrays = None
-                self._parsed_instead("a position value's text is not UTF-8")
         raw: Sequence[Sequence[Any]] = (
-            [_raw_row(data, width) for data in packets] if arrays is None else ArrayRows(arrays)
+            [_raw_row(data, width, schema.source) for data in packets]
+            if arrays is None
+            else ArrayRows(arrays)
         )
         readers = self._readers(schema)
         return Batch(
@@ -190,10 +191,18 @@ class MySQLDialect:
             cur.close()
 
 
-def _raw_row(data: bytes, width: int) -> list[Any]:
-    """A row packet as a page's raw row: the columns' bytes, then the extra values' texts."""
+def _raw_row(data: bytes, width: int, source: str) -> list[Any]:
+    """A row packet as a page's raw row: the columns' bytes, then the extra values' texts
+    (``DecodeError`` where one is not UTF-8: no position can be bound back from it)."""
     values: list[Any] = fields(data)
-    values[width:] = [None if v is None else v.decode() for v in values[width:]]
+    try:
+        values[width:] = [None if v is None else v.decode() for v in values[width:]]
+    except UnicodeDecodeError as exc:
+        raise DecodeError(
+            f"a timestamp or incrementing value of {source} is not UTF-8 text ({exc}): "
+            "use a column whose CAST AS CHAR is UTF-8 as the table's position",
+            source=source,
+        ) from None
     return values
 
 
@@ -240,12 +249,9 @@ def _undecodable(schema: TableSchema, raw: Sequence[bytes | None]) -> DecodeErro
             source=schema.source,
         )
     for col, value in zip(schema.columns, raw, strict=True):
-        convert = _CONVERT.get(col.kind)
         try:
-            if value is not None and convert is not None:
-                convert(value)
-            elif value is not None and col.kind not in ("bytes", "geometry"):
-                value.decode()
+            if value is not None:
+                _value_converter(col.kind)(value)
         except (ValueError, ArithmeticError) as exc:
             return DecodeError(
                 f"cannot decode column {col.name!r} ({col.source_type}) of {schema.source}: "
