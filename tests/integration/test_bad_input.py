@@ -224,6 +224,19 @@ def test_tail_bad_relay_urls(tmp_path: Path) -> None:
     assert result.returncode == 1 and "Cannot connect" in result.stderr
 
 
+@pytest.mark.parametrize("mode", [(), ("--until-caught-up",)])
+def test_tail_giving_up_on_no_relay_prints_its_error_alone(mode: tuple[str, ...]) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = sluice("tail", "--relay", url, *mode, "--give-up-after", "0.5")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"sluice: error: {url}: Cannot connect"), lines
+    # the retries it gave up after are still there for who asks (INFO, -v)
+    verbose = sluice("-v", "tail", "--relay", url, *mode, "--give-up-after", "0.5")
+    assert verbose.returncode == 1 and "INFO sluice.client.client" in verbose.stderr
+    assert "; retrying" in verbose.stderr and "WARNING" not in verbose.stderr
+
+
 def test_tail_until_caught_up_resumes(
     relay: RelayThread, conn: pymysql.Connection[Any], tmp_path: Path
 ) -> None:

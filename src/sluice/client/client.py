@@ -62,6 +62,13 @@ class RetryPolicy:
     max_s: float = 5.0
     max_window_attempts: int = 10  # then ConsumerFailed; the checkpoint stays put
     give_up_after_s: float | None = None  # no relay answering this long: RelayUnavailable
+    # An outage's retry lines are INFO until it has lasted this long, WARNING after: a relay
+    # restart, or a give-up sooner than this, shows only its outcome (the give-up's error).
+    warn_after_s: float = 10.0
+
+    def outage_level(self, lasted_s: float) -> int:
+        """The log level of a retry when no relay has answered for ``lasted_s``."""
+        return logging.WARNING if lasted_s >= self.warn_after_s else logging.INFO
 
     def delay(self, attempt: int) -> float:
         # the exponent is capped: 2 ** 1100 no longer converts to a float (a client retrying
@@ -210,14 +217,21 @@ class AsyncClient:
                 return await action()
             except RelayUnavailable as exc:
                 attempt += 1
-                limit = self.config.retry.give_up_after_s
-                if limit is not None and time.monotonic() - started >= limit:
-                    raise
-                log.warning("%s; retrying", exc)
-                self._next_relay()
-                await self._sleep(self.config.retry.delay(attempt))
+                await self._retry_relay(exc, started, attempt)
                 if self._stop.is_set():
                     raise
+
+    async def _retry_relay(self, exc: RelayUnavailable, since: float, attempt: int) -> None:
+        """Retry ``attempt`` of an outage that began at ``since`` (monotonic): ``exc`` again
+        once it has lasted the give-up time, else a log line, then the next relay after the
+        backoff."""
+        lasted = time.monotonic() - since
+        limit = self.config.retry.give_up_after_s
+        if limit is not None and lasted >= limit:
+            raise exc
+        log.log(self.config.retry.outage_level(lasted), "%s; retrying", exc)
+        self._next_relay()
+        await self._sleep(self.config.retry.delay(attempt))
 
     # -- the phases --------------------------------------------------------------------------
     async def _loop(self, until_caught_up: bool) -> None:
@@ -251,15 +265,9 @@ class AsyncClient:
                 gone.clear()
                 await self._fall_back()
             except RelayUnavailable as exc:
-                now = time.monotonic()
-                failing_since = failing_since or now
+                failing_since = failing_since or time.monotonic()
                 attempt += 1
-                limit = self.config.retry.give_up_after_s
-                if limit is not None and now - failing_since >= limit:
-                    raise
-                log.warning("%s; retrying", exc)
-                self._next_relay()
-                await self._sleep(self.config.retry.delay(attempt))
+                await self._retry_relay(exc, failing_since, attempt)
 
     async def _fall_back(self) -> None:
         """Every relay answered 410: catch up from the bootstrap log, or take its snapshot."""
