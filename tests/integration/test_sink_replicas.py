@@ -228,6 +228,11 @@ def test_a_target_away_for_a_while_loses_nothing(
         (["--to", "sqlite:///x.db", "--exclude-column", "orders"], "must be DB.TABLE.COLUMN"),
         (["--to", "nats://127.0.0.1:4222/S"], "needs --checkpoint-dir"),
         (["--relay", "http://127.0.0.1:1"], "to"),
+        # a bad relay URL is refused at once, never retried as an outage (issue 40)
+        (["--relay", "ftp://nowhere", "--to", "sqlite:///x.db"], "bad relay URL"),
+        (["--relay", "not a url", "--to", "sqlite:///x.db"], "bad relay URL"),
+        (["--relay", "http://127.0.0.1:notaport", "--to", "sqlite:///x.db"], "bad relay URL"),
+        (["--to", "sqlite:///x.db", "--bootstrap", "ftp://x"], "bad relay URL"),
     ],
 )
 def test_bad_targets_and_options_get_one_line_and_exit_2(
@@ -238,6 +243,44 @@ def test_bad_targets_and_options_get_one_line_and_exit_2(
     assert result.returncode == 2, result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("sluice: error")]
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+def test_a_wrong_postgresql_password_is_one_line_and_exit_2(
+    postgres: PrivatePostgres, pg_database: str
+) -> None:
+    """A replica target that refuses the login is a mistake to fix, not an outage to wait out
+    (it was retried forever, as a server that went away)."""
+    import psycopg2  # noqa: PLC0415
+
+    user = "sluice_pw"
+    hba = postgres.data / "pg_hba.conf"
+    line = f"host all {user} 127.0.0.1/32 scram-sha-256\n"
+    if line not in (text := hba.read_text()):
+        hba.write_text(line + text)  # before the trust lines: this role needs its password
+    conn = psycopg2.connect(postgres.dsn())
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"DROP ROLE IF EXISTS {user}")
+        cur.execute(f"CREATE ROLE {user} LOGIN PASSWORD 'right'")
+        cur.execute("SELECT pg_reload_conf()")
+    conn.close()
+
+    def refused() -> bool:
+        try:
+            psycopg2.connect(postgres.dsn(), user=user, password="wrong").close()
+        except psycopg2.OperationalError as exc:
+            return "password authentication failed" in str(exc)
+        return False
+
+    wait_for(refused, 30, "the server to ask for the role's password")
+    url = f"postgresql://{user}:wrong-s3cret@127.0.0.1:{postgres.port}/{pg_database}"
+    result = run_sluice(
+        "sink", "--relay", "http://127.0.0.1:1", "--to", url, "--port", "0", timeout=60
+    )
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sluice: error")]
+    assert len(lines) == 1 and "refused the login" in lines[0], result.stderr
+    assert "retrying" not in result.stderr and "wrong-s3cret" not in result.stderr
 
 
 def _normal(value: Any) -> Any:

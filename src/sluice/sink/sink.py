@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from typing import Any
 
 import aiohttp
@@ -23,7 +22,9 @@ from sluice.client.checkpoints import CheckpointStore
 from sluice.client.consumer import RecordWindow
 from sluice.client.transport import RelayConnection
 from sluice.core.checkpoint import Checkpoint
+from sluice.core.names import check_relay_url
 from sluice.errors import ConfigError, RelayUnavailable, SluiceError
+from sluice.sink.acks import Acks
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.holding import Holding
 from sluice.sink.shape import Shaper, ShapeSettings, check_template, origin_of
@@ -57,31 +58,13 @@ class TargetCheckpoints:
         self.pending = checkpoint
 
 
-class Rate:
-    """Events per second over the last ``span_s`` seconds."""
-
-    def __init__(self, span_s: float = 10.0) -> None:
-        self.span_s = span_s
-        self._marks: deque[tuple[float, int]] = deque()
-
-    def add(self, total: int) -> None:
-        now = time.monotonic()
-        self._marks.append((now, total))
-        while len(self._marks) > 2 and now - self._marks[0][0] > self.span_s:
-            self._marks.popleft()
-
-    def per_second(self) -> float:
-        if len(self._marks) < 2:
-            return 0.0
-        (t0, n0), (t1, n1) = self._marks[0], self._marks[-1]
-        return 0.0 if t1 <= t0 else (n1 - n0) / (t1 - t0)
-
-
 class Sink:
     """``await sink.run()``: follow the relays and deliver until stopped."""
 
     def __init__(self, config: SinkConfig) -> None:
         kind = target_kind(config.target_url)  # a bad scheme fails before anything starts
+        for url in (*config.relays, *([config.bootstrap] if config.bootstrap else [])):
+            check_relay_url(url)  # a bad URL is one line and exit 2, never retried
         self.config = config
         self.route = check_template(route_template(config))
         self.target: Target = open_target(config)
@@ -104,12 +87,8 @@ class Sink:
         self.target_error: str | None = None
         self.target_down_since: float | None = None
         self.retries = 0
-        self.events = 0
-        self.windows = 0
-        self.last_scn = 0
-        self.last_ts_ms = 0
+        self.acks = Acks()  # what the target acknowledged, apart from what was read
         self.relay_max_scn: int | None = None
-        self.rate = Rate()
         self.rewinds = 0
         self._lost_in_a_row = 0  # losses since the last commit that worked (their backoff)
         self._waited = False
@@ -134,7 +113,7 @@ class Sink:
     async def run(self, *, until_caught_up: bool = False) -> int:
         """Deliver until stopped (or caught up); returns the checkpoint's SCN."""
         try:
-            await self._until_up(self.target.start)
+            await self._until_up(self.target.start, answered=True)
             if self._stop.is_set():
                 return 0
             source_info = await self._source_info()
@@ -253,6 +232,7 @@ class Sink:
             batch = self.shaper.batch(window)
         except Exception as exc:
             self._fail(SinkFailed(f"cannot shape window {window.scn}: {exc}"))
+        self.acks.read(batch.scn, batch.ts_ms, batch.events)
         attempt = 0
         while True:
             try:
@@ -277,13 +257,10 @@ class Sink:
                 log.exception("target %s failed on window %d", self.target.describe(), batch.scn)
                 await self.target.rollback()
                 self._fail(SinkFailed(f"{type(exc).__name__}: {exc}"))
-        if not self.target.held:  # else up once its commit worked
+        self.acks.taken(batch.scn, batch.ts_ms, batch.events, batch.checkpoint, last=batch.last)
+        if not self.target.held:  # acknowledged (else up once its commit worked)
             self._up()
-        if batch.last:
-            self.windows += 1
-            self.last_scn, self.last_ts_ms = batch.scn, batch.ts_ms
-        self.events += batch.events
-        self.rate.add(self.events)
+        self._settle()
         if batch.last and isinstance(self.store, TargetCheckpoints):
             self.store.pending = None  # committed with the window
         if self.target.held and self._commit_timer is None:
@@ -304,6 +281,7 @@ class Sink:
             if held:
                 self._lost_in_a_row = 0
                 self._up()
+            self._settle()
         except HeldWindowsLost as exc:
             await self._lost(exc)
         except TargetUnavailable as exc:  # the next window meets it again, and says so
@@ -325,6 +303,8 @@ class Sink:
         self.retries += 1
         self._lost_in_a_row += 1
         self.rewinds += 1
+        self._settle()  # what the target committed before the loss still counts
+        self.acks.lost()
         self.target_error = str(exc)
         if self.target_down_since is None:
             self.target_down_since = time.monotonic()
@@ -344,6 +324,7 @@ class Sink:
     async def _recheck(self) -> None:
         if not self.target.keeps_checkpoint or self.client is None:
             return
+        # not "back" yet: a checkpoint the target keeps in a file answers while it is down
         stored = await self._until_up(self.target.load_checkpoint)
         self._suspect = False
         rewound = self.client.checkpoint
@@ -366,6 +347,9 @@ class Sink:
         if self.target.held:  # a failed background commit too: its loss is handled here
             try:
                 await self.target.commit()
+                self._lost_in_a_row = 0
+                self._up()
+                self._settle()
             except HeldWindowsLost as exc:
                 await self._lost(exc)
                 return
@@ -414,7 +398,17 @@ class Sink:
         if self._stop.is_set():
             raise _Stopping("stopping")
 
+    def _settle(self) -> None:
+        """Count what the target acknowledged: a target that keeps its checkpoint has what
+        its committed checkpoint covers; the others have what they took."""
+        if self.target.keeps_checkpoint:
+            self.acks.settle(self.target.committed)
+        else:
+            self.acks.settle(None, all_done=True)
+
     def _up(self) -> None:
+        """A delivery was acknowledged: the target is back (never on a mere connect, a
+        checkpoint read or a retry that has not been answered)."""
         if self.target_down_since is not None:
             log.warning(
                 "target %s is back after %.1f s",
@@ -433,12 +427,15 @@ class Sink:
     def _fail(self, exc: SluiceError) -> None:
         raise self._refused(exc)
 
-    async def _until_up(self, action: Any) -> Any:
+    async def _until_up(self, action: Any, *, answered: bool = False) -> Any:
+        """``action`` retried while the target is down; ``answered``: its success is an answer
+        of the target's own (the first connection), which shows it up."""
         attempt = 0
         while True:
             try:
                 result = await action()
-                self._up()
+                if answered:
+                    self._up()
                 return result
             except TargetUnavailable as exc:
                 attempt += 1
@@ -453,7 +450,14 @@ class Sink:
             await asyncio.wait_for(self._stop.wait(), seconds)
 
     # -- observing -------------------------------------------------------------------------------
+    @property
+    def events(self) -> int:
+        """Events the target acknowledged."""
+        return self.acks.events
+
     def stats(self) -> dict[str, Any]:
+        self._settle()  # a group the target committed in the background counts now
+        acks = self.acks
         checkpoint = self.client.checkpoint if self.client is not None else None
         delivered = checkpoint.scn if checkpoint is not None else None
         if self.target.keeps_checkpoint:  # what the target committed, not what it holds
@@ -462,7 +466,7 @@ class Sink:
         lag_scn = None
         if self.relay_max_scn is not None and scn is not None:
             lag_scn = max(0, self.relay_max_scn - scn)
-        lag_s = 0.0 if lag_scn == 0 else _age_s(self.last_ts_ms)
+        lag_s = acks.lag_s(lag_scn)  # from what the target committed, not what was read
         return {
             "name": self.config.name,
             "state": self.state,
@@ -483,22 +487,21 @@ class Sink:
             "relay_max_scn": self.relay_max_scn,
             "lag_scn": lag_scn,
             "lag_s": lag_s,
-            "events": self.events,
-            "windows": self.windows,
-            "events_per_s": round(self.rate.per_second(), 1),
+            # acknowledged by the target; reads (re-reads after a rewind included) apart
+            "events": acks.events,
+            "windows": acks.windows,
+            "events_per_s": round(acks.rate.per_second(), 1),
+            "read_events": acks.read_events,
+            "reread_events": acks.reread_events,
+            "lost_events": acks.lost_events,
+            "unacknowledged_events": acks.unacknowledged,
             "filtered_events": self.shaper.filtered if self.shaper is not None else 0,
             "skipped_events": self.shaper.skipped if self.shaper is not None else 0,
             "retries": self.retries,
             "rewinds": self.rewinds,
-            "last_scn": self.last_scn,
+            "last_scn": acks.last_scn,
             "target_stats": self.target.stats(),
         }
-
-
-def _age_s(ts_ms: int) -> float | None:
-    if not ts_ms:
-        return None
-    return round(max(0.0, time.time() - ts_ms / 1000), 3)
 
 
 class _Consumer:

@@ -3,6 +3,7 @@ target is down (retried) rather than refusing the data (the sink stops)."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,13 @@ _MARIADB_SESSION = (
 _MARIADB_DOWN = {1040, 1053, 1205, 1213, 2002, 2003, 2006, 2013, 2055, 1927}
 
 
+# PostgreSQL's refusals of a login (psycopg2 gives them no SQLSTATE: the server's FATAL text)
+_PG_REFUSED_LOGIN = re.compile(
+    r"password authentication failed|no pg_hba\.conf entry|role \S+ does not exist|"
+    r"database \S+ does not exist|no password supplied|permission denied for database"
+)
+
+
 def is_down(exc: BaseException) -> bool:
     """Does this driver error mean "try again later" (not "your data is refused")?"""
     if isinstance(exc, (ConnectionError, TimeoutError)):
@@ -133,6 +141,8 @@ def is_down(exc: BaseException) -> bool:
         import psycopg2  # noqa: PLC0415
         import psycopg2.errors  # noqa: PLC0415
 
+        if isinstance(exc, psycopg2.OperationalError) and _PG_REFUSED_LOGIN.search(str(exc)):
+            return False  # a wrong password or role is not an outage: retrying cannot help
         return isinstance(
             exc,
             psycopg2.OperationalError
