@@ -48,6 +48,7 @@ from tests.integration.sink_support import (
 from tests.integration.support import (
     create_database,
     get_json,
+    http_status,
     relay_config,
     run_sluice,
     wait_for,
@@ -319,6 +320,72 @@ def test_redis_away_for_a_while_loses_nothing(
     assert_redis_exactly_once(redis_read(redis_url), shop.events(), "sluice:")
     log = (shop.tmp / "sink.log").read_text()
     assert "unavailable" in log or "lost the windows it held" in log
+
+
+# -- a frozen target (SIGSTOP: connections open, nothing answered) ----------------------------
+FREEZE_S = float(os.environ.get("SLUICE_TEST_FREEZE_S", "8"))
+
+
+def _frozen(shop: Shop, sink: SinkProcess, server: PrivateNats | PrivateRedis) -> None:
+    """The target frozen while windows keep coming: every sample of the sink's ``/stats`` and
+    ``/healthz`` says down, for longer and longer, with nothing counted as delivered; once it
+    thaws, the count equals the relay's events (issue 40: it read "back" between retries,
+    its down time restarted at each, and re-read events were counted again)."""
+    sink.start()
+    workload(shop.conn, 30)
+    before = shop.wait_delivered(sink)
+    server.pause()
+    try:
+        workload(shop.conn, 40, seed=8, first_id=10_000)  # read, and cannot be delivered
+        wait_for(
+            lambda: (s := sink.stats()) and not s["target_up"] and s["rewinds"] >= 1,
+            60, "the sink to show its frozen target down",
+        )  # fmt: skip
+        began, samples, last_down = time.monotonic(), [], 0.0
+        while time.monotonic() - began < FREEZE_S:  # sampled the way a prober would
+            stats, health = sink.stats(), http_status(sink.url + "/healthz")[0]
+            assert stats is not None
+            samples.append((stats["target_up"], health, stats["target_down_s"]))
+            assert not stats["target_up"] and health == 503, (stats, health)
+            assert stats["target_down_s"] >= last_down, samples  # never restarts mid-outage
+            last_down = stats["target_down_s"]
+            assert stats["events"] == before["events"], stats  # nothing acknowledged
+            assert stats["checkpoint_scn"] == before["checkpoint_scn"], stats
+            time.sleep(0.1)
+        final = sink.stats()
+        assert final is not None and final["rewinds"] >= 2, final  # it did try again, and lost
+        assert final["lag_s"] >= FREEZE_S, final  # measured from what the target committed
+    finally:
+        server.resume()
+    after = shop.wait_delivered(sink)
+    events = shop.events()
+    assert after["events"] == len(events), after  # each acknowledged once, re-reads apart
+    assert after["reread_events"] > 0 and after["read_events"] > len(events), after
+    log = (shop.tmp / "sink.log").read_text()
+    assert log.count("is back after") == 1, log[-3000:]
+    assert " ERROR " not in log, log[-3000:]  # an outage is WARNINGs, never an ERROR
+
+
+def test_a_frozen_redis_reads_as_down_until_it_acknowledges(
+    shop: Shop, redis_server: PrivateRedis, redis_url: str
+) -> None:
+    sink = shop.sink(redis_url, "--target-timeout", "1")
+    try:
+        _frozen(shop, sink, redis_server)
+    finally:
+        sink.stop()
+    assert_redis_exactly_once(redis_read(redis_url), shop.events(), "sluice:")
+
+
+def test_a_frozen_nats_reads_as_down_until_it_acknowledges(
+    shop: Shop, nats_server: PrivateNats, stream: str
+) -> None:
+    sink = shop.sink(f"{nats_server.url}/{stream}", "--target-timeout", "1")
+    try:
+        _frozen(shop, sink, nats_server)
+    finally:
+        sink.stop()
+    assert_nats_exactly_once(asyncio.run(_nats_read(nats_server.url, stream)), shop.events())
 
 
 # -- routing and filtering -------------------------------------------------------------------

@@ -15,7 +15,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -141,6 +141,12 @@ class AsyncClient:
         self._piece_failures = 0  # of the big window being delivered in pieces
         self._rewind: Checkpoint | None = None
         self.started_at: Checkpoint | None = None  # the checkpoint this run started from
+        # stop or a rewind ends a long poll at once (it waited for the relay's next frame,
+        # up to poll_timeout_ms on a quiet stream): the run's task, cancelled only while it
+        # waits for a frame (``_idle``), never inside a delivery
+        self._task: asyncio.Task[Any] | None = None
+        self._idle = False
+        self._woken = False
 
     @property
     def scn(self) -> int:
@@ -148,12 +154,21 @@ class AsyncClient:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake()
 
     def rewind(self, checkpoint: Checkpoint) -> None:
         """Read again from ``checkpoint``: the consumer lost windows it had already taken
         (a sink whose target transaction went away). The stream in progress is dropped and
         the window being delivered is abandoned; nothing after it is delivered first."""
         self._rewind = checkpoint
+        self._wake()
+
+    def _wake(self) -> None:
+        """End a wait for the relay's next frame (a delivery in progress ends by itself)."""
+        task = self._task
+        if self._idle and not self._woken and task is not None and task is not _current():
+            self._woken = True
+            task.cancel()
 
     @property
     def rewinding(self) -> bool:
@@ -169,6 +184,7 @@ class AsyncClient:
 
     async def run(self, *, until_caught_up: bool = False) -> int:
         """Consume until stopped (or caught up with a relay); returns the checkpoint SCN."""
+        self._task = asyncio.current_task()
         async with aiohttp.ClientSession(headers=self._who()) as session:
             self._connections = [RelayConnection(u, session) for u in self.config.relays]
             if self.config.bootstrap:
@@ -355,8 +371,29 @@ class AsyncClient:
             self.config.poll_timeout_ms,
             PIECE_BYTES if self._pieces else None,
         )
-        async with contextlib.aclosing(stream):
-            return await self._frames(conn, stream, until_caught_up)
+        try:
+            async with contextlib.aclosing(stream):
+                return await self._frames(conn, stream, until_caught_up)
+        except asyncio.CancelledError:
+            if not self._woken:
+                raise
+            self._woken = False  # ours (``_wake``): the loop sees the stop or the rewind
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return False
+
+    async def _next_frame(
+        self, frames: AsyncIterator[bytes | Heartbeat | Piece]
+    ) -> bytes | Heartbeat | Piece | None:
+        """The stream's next frame (None at its end), waited for as ``_idle``."""
+        self._idle = True
+        try:
+            return await anext(frames)
+        except StopAsyncIteration:
+            return None
+        finally:
+            self._idle = False
 
     async def _frames(
         self,
@@ -365,7 +402,7 @@ class AsyncClient:
         until_caught_up: bool,
     ) -> bool:
         caught_up = False
-        async for frame in stream:
+        while (frame := await self._next_frame(stream)) is not None:
             if self._stop.is_set() or self._rewind is not None:
                 # a window abandoned on stop or rewind must not be passed by a heartbeat
                 break
@@ -552,3 +589,11 @@ class Client:
             self._async.stop()  # inside a hook: take effect before the next window
         else:
             loop.call_soon_threadsafe(self._async.stop)
+
+
+def _current() -> asyncio.Task[Any] | None:
+    """The running task, None outside one (a call from another thread's code)."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None

@@ -62,14 +62,24 @@ class Acks:
         self.rate = Rate()
         self._taken: deque[_Taken] = deque()
         self._piece_events = 0  # a big window's pieces so far
-        self._read_scn = -1  # the newest window read (re-reads are at or below it)
+        self._top_scn = -1  # the newest window read, and how many of its events
+        self._top_events = 0
+        self._cursor = 0  # events of the current window read before this batch
         self._oldest_ts_ms: int | None = None  # commit time of the oldest unacknowledged window
 
-    def read(self, scn: int, ts_ms: int, events: int) -> None:
-        """A batch is about to go to the target (called once per batch read, not per retry)."""
+    def read(self, scn: int, ts_ms: int, events: int, *, first: bool = True) -> None:
+        """A batch is about to go to the target (once per batch read, not per retry): what of
+        it was read before (the same window, or its same pieces) is a re-read."""
+        start = 0 if first else self._cursor
+        self._cursor = end = start + events
         self.read_events += events
-        if scn <= self._read_scn:  # the newest window taken is at or after it
+        if scn < self._top_scn:
             self.reread_events += events
+        elif scn == self._top_scn:
+            self.reread_events += max(0, min(end, self._top_events) - start)
+            self._top_events = max(self._top_events, end)
+        else:
+            self._top_scn, self._top_events = scn, end
         if self._oldest_ts_ms is None and ts_ms:
             self._oldest_ts_ms = ts_ms
 
@@ -81,7 +91,6 @@ class Acks:
         if last:
             self._taken.append(_Taken(checkpoint, scn, ts_ms, self._piece_events))
             self._piece_events = 0
-            self._read_scn = max(self._read_scn, scn)
 
     def settle(self, committed: Checkpoint | None, *, all_done: bool = False) -> None:
         """Acknowledge what the target's committed checkpoint covers (``all_done``: the target

@@ -225,16 +225,20 @@ class RedisTarget(CheckpointInAFile):
         by_stream: dict[str, list[Change]] = {}
         for change in batch.changes:  # streams in order of first appearance
             by_stream.setdefault(change.route, []).append(change)
-        pipe = self._connection().pipeline(transaction=False)
         maxlen = str(self.url.maxlen or "")
-        for stream, changes in by_stream.items():
-            args = [maxlen, *entry_args(changes)]
-            await self._script(keys=[stream], args=args, client=pipe)
         what = f"Redis {self.describe()}"
-        try:
-            results = await asyncio.wait_for(pipe.execute(raise_on_error=False), self.timeout_s)
-        except Exception as exc:
-            raise _refusal(exc, what) from None
+        # the pipeline is released however the batch ends (a timed-out one was left for the
+        # garbage collector, which logged "Unclosed Pipeline client" as an ERROR)
+        async with self._connection().pipeline(transaction=False) as pipe:
+            for stream, changes in by_stream.items():
+                args = [maxlen, *entry_args(changes)]
+                await self._script(keys=[stream], args=args, client=pipe)
+            try:
+                results = await asyncio.wait_for(
+                    pipe.execute(raise_on_error=False), self.timeout_s
+                )
+            except Exception as exc:
+                raise _refusal(exc, what) from None
         failure: Exception | None = None
         for stream, result in zip(by_stream, results, strict=True):
             if isinstance(result, Exception):

@@ -232,7 +232,7 @@ class Sink:
             batch = self.shaper.batch(window)
         except Exception as exc:
             self._fail(SinkFailed(f"cannot shape window {window.scn}: {exc}"))
-        self.acks.read(batch.scn, batch.ts_ms, batch.events)
+        self.acks.read(batch.scn, batch.ts_ms, batch.events, first=batch.first)
         attempt = 0
         while True:
             try:
@@ -276,12 +276,7 @@ class Sink:
     async def _commit_held(self) -> None:
         """Commit windows the target holds once no more came for a while."""
         try:
-            held = self.target.held
-            await self.target.commit()
-            if held:
-                self._lost_in_a_row = 0
-                self._up()
-            self._settle()
+            await self._commit()
         except HeldWindowsLost as exc:
             await self._lost(exc)
         except TargetUnavailable as exc:  # the next window meets it again, and says so
@@ -346,10 +341,7 @@ class Sink:
             return  # what is pending may name windows the target lost
         if self.target.held:  # a failed background commit too: its loss is handled here
             try:
-                await self.target.commit()
-                self._lost_in_a_row = 0
-                self._up()
-                self._settle()
+                await self._commit()
             except HeldWindowsLost as exc:
                 await self._lost(exc)
                 return
@@ -397,6 +389,16 @@ class Sink:
         await self._wait(delay)
         if self._stop.is_set():
             raise _Stopping("stopping")
+
+    async def _commit(self) -> None:
+        """Commit what the target holds; up only when it committed something (a commit that
+        found the group in another's hands, or held on for more, proves nothing)."""
+        before = self.target.committed
+        await self.target.commit()
+        if self.target.committed != before:
+            self._lost_in_a_row = 0
+            self._up()
+        self._settle()
 
     def _settle(self) -> None:
         """Count what the target acknowledged: a target that keeps its checkpoint has what

@@ -164,6 +164,17 @@ class _PrivateServer(Component):
         _signal_all(tree, signal.SIGKILL)
         self._reap(tree)
 
+    def pause(self) -> None:
+        """SIGSTOP the server: it keeps its connections open and answers nothing (a hung
+        target, as a long GC or a frozen VM leaves one)."""
+        if self._proc is not None:
+            _signal_all(_process_tree(self._proc.pid), signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause()``."""
+        if self._proc is not None:
+            _signal_all(_process_tree(self._proc.pid), signal.SIGCONT)
+
     def stop(self, *, keep_data: bool = False) -> None:
         """Stop gracefully (SIGKILL after 30 s); remove the temp dir made here unless
         ``keep_data``. Safe to call twice."""
