@@ -1,11 +1,15 @@
 """A relay under hostile load and a full disk (issue 11): unread whole-buffer streams keep its
 memory bounded, clients beyond ``max_clients`` get a fast 503 while ``/healthz`` answers, a
 full disk is a clear error at start and a failing persist turns ``/healthz`` 503 until the
-disk has room again, with nothing lost."""
+disk has room again, with nothing lost; 200 filtered clients catching up at once leave
+``/stats``, ``/healthz`` and ``/metrics`` answering (issue 40)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import itertools
+import json
 import os
 import socket
 import subprocess
@@ -74,7 +78,7 @@ def test_unread_whole_buffer_streams_keep_memory_bounded_and_readers_take_turns(
         ]
 
         def settled() -> bool:  # every stream waits for its client (none for a turn)
-            stats = get_json(relay.url + "/stats")
+            stats: dict[str, int] = get_json(relay.url + "/stats")
             return (
                 stats["clients"] == 12 and stats["catching_up"] == 0 and stats["queued_bytes"] > 0
             )
@@ -250,3 +254,92 @@ def test_slowloris_sockets_are_closed_while_healthz_answers(
         for sock in slow:
             sock.close()
     conn.close()
+
+
+CROWD = 200
+
+
+async def _http_get(port: int, target: str) -> tuple[int, bytes]:
+    """One ``GET`` on its own connection: the status and the body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    data = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+async def _flood_and_poll(port: int, query: str) -> tuple[list[dict[str, Any]], int]:
+    """``CROWD`` streams of ``query`` read to their end, and meanwhile ``/stats``,
+    ``/healthz`` and ``/metrics`` asked in turn, one after another, the first as soon as every
+    stream's request is sent: the ``/stats`` answers and what the crowd read in all."""
+    sent = asyncio.Semaphore(0)
+    got = [0]
+
+    async def catch_up() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"GET /stream?{query} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+        )
+        sent.release()
+        while data := await reader.read(1 << 16):
+            got[0] += len(data)
+        writer.close()
+        await writer.wait_closed()
+
+    crowd = [asyncio.create_task(catch_up()) for _ in range(CROWD)]
+    for _ in range(CROWD):
+        await sent.acquire()
+    answers = []
+    for path in itertools.cycle(("/stats", "/healthz", "/metrics")):
+        if all(task.done() for task in crowd):
+            break
+        status, body = await _http_get(port, path)
+        assert status == 200, (path, body)
+        if path == "/stats":
+            answers.append(json.loads(body))
+    await asyncio.gather(*crowd)
+    return answers, got[0]
+
+
+def test_operator_endpoints_answer_while_200_filtered_clients_catch_up(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path
+) -> None:
+    """Issue 40: a partition filter keeps little, so its streams sent little and never took a
+    turn (turns were counted in bytes sent): each scanned the whole buffer without yielding
+    the loop, and ``/stats`` waited until all 200 had (9.6 s). Turns now count the work."""
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(40))")
+    relay = RelayProcess(
+        [
+            "--source", mariadb.url, "--table", f"{database}.t", "--port", "0",
+            "--data-dir", str(tmp_path / "r"), "--buffer-size", str(32 << 20),
+            "--max-clients", str(CROWD + 10),
+        ],
+        tmp_path / "relay.log",
+    ).start()  # fmt: skip
+    try:
+        start = get_json(relay.url + "/stats")["max_scn"]
+        with conn.cursor() as cur:  # 200 windows of 1,000 rows, ~10 MB
+            for n in range(200):
+                cur.execute(
+                    f"INSERT INTO t SELECT seq, REPEAT('x', 30) FROM seq_{n * 1000 + 1}_to_"
+                    f"{(n + 1) * 1000}"
+                )
+        wait_for(lambda: get_json(relay.url + "/stats")["events"] >= 200_000, 120, "capture")
+        port = int(relay.url.rsplit(":", 1)[1])
+        query = f"since_scn={start}&partition=0/64&max_bytes=268435456&timeout_ms=0"
+        answers, got = asyncio.run(_flood_and_poll(port, query))
+        # Answered while the crowd was still reading: the first with most of it streaming
+        # (before the fix every stream had ended before /stats was read), and many times
+        # more before the last stream ended.
+        assert answers[0]["clients"] >= CROWD * 3 // 4, answers[0]
+        during = [a for a in answers if a["clients"] > 0]
+        assert len(during) >= 10, [a["clients"] for a in answers]
+        assert all(a["bytes_served"] < got for a in during)
+        assert get_json(relay.url + "/stats")["turn_waits"] > 0
+    finally:
+        relay.stop()
+        conn.close()

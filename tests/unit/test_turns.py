@@ -1,4 +1,5 @@
-"""Turns (relay/turns.py): bulk chunks granted a few per loop iteration, in arrival order."""
+"""Turns (relay/turns.py): chunks of work granted a few per loop iteration, a stream's first
+before the others, in arrival order."""
 
 from __future__ import annotations
 
@@ -75,3 +76,26 @@ def test_log_files_group_into_runs_where_their_scns_overlap() -> None:
         (("e",), 50, 50),
     ]
     assert _runs({}) == []
+
+
+def test_a_streams_first_chunk_goes_before_streams_catching_up() -> None:
+    async def main() -> list[str]:
+        turns = Turns(per_tick=1)
+        got: list[str] = []
+
+        async def take(name: str, first: bool) -> None:
+            await turns.take(first)
+            got.append(name)
+
+        # In one iteration: the hog takes the tick's only turn, two bulk chunks queue, then
+        # two streams ask for their first chunk: they go next, in their order.
+        tasks = [
+            asyncio.create_task(take(name, name.startswith("new")))
+            for name in ("hog", "bulk1", "bulk2", "new1", "new2")
+        ]
+        await asyncio.sleep(0)
+        assert turns.waiting == 4
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return got
+
+    assert asyncio.run(main()) == ["hog", "new1", "new2", "bulk1", "bulk2"]
