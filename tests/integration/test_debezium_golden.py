@@ -37,12 +37,9 @@ GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "debezium" / "postg
 SCHEMA_KNOWN = {
     "m": "an enum is a plain string: no io.debezium.data.Enum name, no 'allowed' labels",
 }
-# Values Sluice's events do not carry (README): infinite dates and timestamps are null.
-VALUE_KNOWN = {
-    "dt": {-2147472692, -2147472691},
-    "ts": {9223372036825200000, -9223372036832400000},
-    "tstz": {"infinity", "-infinity"},
-}
+# Values Sluice's events do not carry (README): none left (infinite dates and timestamps
+# were null; they are Debezium's sentinels now, rows 4 and 5 of the recording).
+VALUE_KNOWN: dict[str, set[Any]] = {}
 # Source fields that depend on the run (times, positions, transaction ids) or on Debezium.
 SOURCE_SAME = ("connector", "name", "db", "schema", "table", "snapshot")
 # As recorded: every operation (Debezium's default skips TRUNCATE), keys and tombstones.
@@ -167,6 +164,73 @@ def test_postgresql_events_equal_debeziums_field_by_field(postgres: PrivatePostg
     # strict JSON: NaN and the infinities are strings, as Debezium writes them
     lines = [json.dumps(e, allow_nan=False) for e in plain]
     assert '"r": "NaN"' in lines[5] and '"d": "-Infinity"' in lines[6]
+
+
+# PostgreSQL's infinite dates and timestamps as Debezium 3.6 gives them (PostgresValueConverter:
+# the Instant of PGStatement.DATE_POSITIVE/NEGATIVE_INFINITY read as micros, in micros or
+# millis by precision; dates -5877611-06-21/22 as epoch days; ZonedTimestamp its text).
+# The golden recording has date, timestamp and timestamptz; timestamp(3) -infinity measured.
+_MICROS = {"infinity": 9223372036825200000, "-infinity": -9223372036832400000}
+_MILLIS = {"infinity": 9223372036825200, "-infinity": -9223372036832400}
+_DAYS = {"infinity": -2147472692, "-infinity": -2147472691}
+_STAMPS = ("t0", "t1", "t3", "t4", "t6", "t")
+
+
+def test_infinite_dates_and_timestamps_are_debeziums_values(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    conn = postgres.connect(pg_database)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(
+            "CREATE TABLE inf (id integer PRIMARY KEY, d date, t0 timestamp(0), "
+            "t1 timestamp(1), t3 timestamp(3), t4 timestamp(4), t6 timestamp(6), t timestamp, "
+            "z timestamptz, z3 timestamptz(3))"
+        )
+    config = RelayConfig(
+        source=postgres.source_url(pg_database, slot=f"inf_{pg_database}"), tables=["public.inf"],
+        data_dir=tmp_path / "pg", port=0,
+    )  # fmt: skip
+    with RelayThread(config) as relay:
+        start = get_json(relay.url + "/stats")["max_scn"]
+        with conn.cursor() as cur:
+            for i, text in enumerate(("infinity", "-infinity", None)):
+                value = "'2024-02-29 01:02:03.456789'" if text is None else f"'{text}'"
+                day = "'2024-02-29'" if text is None else value
+                cur.execute(f"INSERT INTO inf VALUES ({i}, {day}, {', '.join([value] * 8)})")
+        wait_for(lambda: get_json(relay.url + "/stats")["capture"]["windows"] >= 3, 60, "3")
+
+        def lines(*options: str) -> list[dict[str, Any]]:
+            args = [a for o in options for a in ("--debezium-option", o)]
+            tail = run_sluice(
+                "tail", "--relay", relay.url, "--since-scn", str(start), "--until-caught-up",
+                "--format", "debezium", *args, timeout=60,
+            )  # fmt: skip
+            assert tail.returncode == 0, tail.stderr
+            return [json.loads(line)["after"] for line in tail.stdout.splitlines()]
+
+        adaptive, connect = lines(), lines("time.precision.mode=connect")
+        plain = lines("time.precision.mode=adaptive_time_microseconds")
+        # Sluice's own JSON: PostgreSQL's text, where it was null (and a NULL is null)
+        json_tail = run_sluice(
+            "tail", "--relay", relay.url, "--since-scn", str(start), "--until-caught-up"
+        )
+        ours = [json.loads(line)["after"] for line in json_tail.stdout.splitlines()]
+    conn.close()
+    for text, row in zip(("infinity", "-infinity"), adaptive[:2], strict=True):
+        assert row["d"] == _DAYS[text]
+        assert [row[c] for c in _STAMPS] == [_MILLIS[text]] * 3 + [_MICROS[text]] * 3
+        assert row["z"] == row["z3"] == text
+    assert adaptive[1]["t3"] == -9223372036832400  # measured on Debezium 3.6.3
+    assert plain == adaptive  # the mode changes times only
+    for text, row in zip(("infinity", "-infinity"), connect[:2], strict=True):
+        assert row["d"] == _DAYS[text] and [row[c] for c in _STAMPS] == [_MILLIS[text]] * 6
+    finite = adaptive[2]
+    assert finite["d"] == 19782 and finite["t"] == 1709168523456789
+    assert finite["t3"] == 1709168523457 and finite["z3"] == "2024-02-29T01:02:03.457Z"
+    assert ours[0] == {"id": 0, "d": "infinity", **dict.fromkeys([*_STAMPS, "z", "z3"], "infinity")}
+    assert ours[1]["d"] == ours[1]["t"] == ours[1]["z"] == "-infinity"
+    assert ours[2]["t"] == "2024-02-29T01:02:03.456789" and ours[2]["z"].endswith("Z")
 
 
 MARIADB_GOLDEN = GOLDEN.parent / "mariadb.json"

@@ -13,6 +13,12 @@ from hypothesis import strategies as st
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.schemas.arrow_decoder import ArrowDecoder
 from sluice.schemas.arrow_json import ArrowJson
+from sluice.schemas.columns import (
+    DATE_INFINITY,
+    DATE_MINUS_INFINITY,
+    MICROS_INFINITY,
+    MICROS_MINUS_INFINITY,
+)
 from tests.unit.test_arrow_decoder import KINDS
 from tests.unit.test_arrow_decoder import _fill as _filled
 
@@ -22,9 +28,12 @@ JSON_KINDS = [
     (k, src, {"string": TEXT, "json": st.just('{"a": [1, 2.5, "x"]}')}.get(k, v), p, s)
     for k, src, v, p, s in KINDS
 ]
+# PostgreSQL's infinities too ("infinity", "-infinity": the row decoder's text, per value)
+_INFINITE_MICROS = st.sampled_from([MICROS_INFINITY, MICROS_MINUS_INFINITY])
 JSON_KINDS = [
-    (k, src, st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999)
-     if k in ("datetime", "timestamp") else v, p, s)
+    (k, src, st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999) | _INFINITE_MICROS
+     if k in ("datetime", "timestamp")
+     else v | st.sampled_from([DATE_INFINITY, DATE_MINUS_INFINITY]) if k == "date" else v, p, s)
     for k, src, v, p, s in JSON_KINDS
 ]  # fmt: skip
 

@@ -14,6 +14,12 @@ from sluice.capture.mysql import capture as mysql_capture
 from sluice.capture.postgres import capture as postgres_capture
 from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
+from sluice.schemas.columns import (
+    DATE_INFINITY,
+    DATE_MINUS_INFINITY,
+    MICROS_INFINITY,
+    MICROS_MINUS_INFINITY,
+)
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.spark.arrowdbz import FastDebeziumRows
 from sluice.spark.arrowrows import FastGenericRows, FastTypedRows
@@ -117,13 +123,17 @@ def _scaled(value: int) -> Decimal:
     return Decimal(value).scaleb(-4)
 
 
-_MICROS = st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999)  # years 1..9999
+# years 1..9999, and PostgreSQL's infinities (null in typed rows)
+_MICROS = st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999) | st.sampled_from(
+    [MICROS_INFINITY, MICROS_MINUS_INFINITY]
+)
+_DAYS = st.integers(-719_162, 2_932_896) | st.sampled_from([DATE_INFINITY, DATE_MINUS_INFINITY])
 TYPED_KINDS: list[tuple[str, str, Any, int, int]] = [
     ("int", "bigint", st.integers(-(1 << 63), (1 << 63) - 1), 0, 0),
     ("year", "year", st.integers(0, 2155), 0, 0),
     ("bool", "boolean", st.integers(0, 1), 0, 0),
     ("time", "time(6)", st.integers(-(10**12), 10**12), 0, 0),
-    ("date", "date", st.integers(-719_162, 2_932_896), 0, 0),
+    ("date", "date", _DAYS, 0, 0),
     ("datetime", "datetime(6)", _MICROS, 0, 0),
     ("timestamp", "timestamp(6)", _MICROS, 0, 0),
     ("double", "double", st.floats(allow_nan=False), 0, 0),
@@ -189,6 +199,18 @@ def test_typed_arrow_path_equals_typed_rows(windows: list[list[Any]], snapshot: 
     assert got.schema == want.schema
     assert got.to_pylist() == want.to_pylist()
     assert fast.row_path_batches == 0
+
+
+def test_infinite_dates_and_timestamps_are_null_in_typed_rows() -> None:
+    row = [1, None, None, None, DATE_INFINITY, MICROS_MINUS_INFINITY, MICROS_INFINITY]
+    payload = TYPED_CODECS[("shop.all", 2)].encode(None, row + [None] * 7)
+    event = wire.encode_event(wire.RawEvent("shop.all", "c", 2, 0, payload))
+    record = wire.encode_window(9, 8, 1_700_000_000_000, [event])
+    lookup = lambda s, v: TYPED_CODECS[(s, v)]  # noqa: E731
+    for rows in (FastTypedRows(TYPED), TypedRows(TYPED)):
+        rows.add_window(record, lookup)
+        (got,) = rows.batch().to_pylist()
+        assert (got["c0"], got["c4"], got["c5"], got["c6"]) == (1, None, None, None)
 
 
 def test_a_column_of_another_kind_takes_the_typed_row_path() -> None:

@@ -31,6 +31,7 @@ from sluice.schemas.columns import (
     datetime_text,
     float_text,
     time_text,
+    timestamp_text,
 )
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False)
@@ -96,7 +97,8 @@ def _datetime(suffix: str) -> Text:
         micros = _values(arr)
         days = np.floor_divide(micros, _DAY_MICROS)
         if not _in_range(days):
-            return _quoted(_per_value(lambda v: datetime_text(v) + suffix)(arr))
+            text = timestamp_text if suffix else datetime_text  # infinity has no "Z"
+            return _quoted(_per_value(text)(arr))
         seconds, frac = np.divmod(micros - days * _DAY_MICROS, 1_000_000)
         hour, rest = np.divmod(seconds, 3600)
         minute, sec = np.divmod(rest, 60)

@@ -27,13 +27,29 @@ def _identity(value: Any) -> Any:
     return value
 
 
+# PostgreSQL's ``infinity``/``-infinity`` dates and timestamps as canonical values: the
+# extremes of their Avro types (PostgreSQL's own DATEVAL_NOEND/NOBEGIN and DT_NOEND/NOBEGIN),
+# far outside any calendar value (years 1..9999). Their JSON is "infinity"/"-infinity".
+DATE_INFINITY, DATE_MINUS_INFINITY = 2**31 - 1, -(2**31)
+MICROS_INFINITY, MICROS_MINUS_INFINITY = 2**63 - 1, -(2**63)
+INFINITE = {
+    DATE_INFINITY: "infinity",
+    DATE_MINUS_INFINITY: "-infinity",
+    MICROS_INFINITY: "infinity",
+    MICROS_MINUS_INFINITY: "-infinity",
+}
+
+
 # -- JSON text of canonical values (also the generated decoders' converters) -----------------
 _days_text: dict[int, str] = {}
 
 
 def date_text(days: int) -> str:
-    """ISO date of days since 1970-01-01 (cached: tables hold few distinct dates)."""
+    """ISO date of days since 1970-01-01 (cached: tables hold few distinct dates);
+    ``infinity``/``-infinity`` for the infinite dates."""
     text = _days_text.get(days)
+    if text is None and days in INFINITE:
+        return INFINITE[days]
     if text is None:
         if len(_days_text) > 1 << 16:
             _days_text.clear()
@@ -42,7 +58,10 @@ def date_text(days: int) -> str:
 
 
 def datetime_text(micros: int) -> str:
-    """``datetime.isoformat()`` of microseconds since 1970, without building a datetime."""
+    """``datetime.isoformat()`` of microseconds since 1970, without building a datetime;
+    ``infinity``/``-infinity`` for the infinite timestamps."""
+    if micros in INFINITE:
+        return INFINITE[micros]
     days, rest = divmod(micros, _DAY_MICROS)
     seconds, frac = divmod(rest, 1_000_000)
     minutes, sec = divmod(seconds, 60)
@@ -53,7 +72,8 @@ def datetime_text(micros: int) -> str:
 
 
 def timestamp_text(micros: int) -> str:
-    return datetime_text(micros) + "Z"
+    text = datetime_text(micros)
+    return text if micros in INFINITE else text + "Z"
 
 
 def time_text(micros: int) -> str:

@@ -16,7 +16,16 @@ from decimal import Decimal
 from typing import Any
 
 from sluice.errors import ConfigError
-from sluice.schemas.columns import UNCHANGED_TOAST, Column, float_json
+from sluice.schemas.columns import (
+    DATE_INFINITY,
+    DATE_MINUS_INFINITY,
+    INFINITE,
+    MICROS_INFINITY,
+    MICROS_MINUS_INFINITY,
+    UNCHANGED_TOAST,
+    Column,
+    float_json,
+)
 
 _PRECISION = re.compile(r"\((\d+)(?:\s*,\s*(-?\d+))?\)")
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -164,15 +173,39 @@ class _Conventions:
 
     def micros_timestamp(self, precision: int | None) -> Field:
         if self.options.time_precision == "connect":
-            return Field(lambda us: us // 1000, _connect("int64", "Timestamp"))
+            return Field(_millis, _connect("int64", "Timestamp"))
         if precision is not None and precision <= 3:
-            return Field(lambda us: us // 1000, _named("int64", "io.debezium.time.Timestamp"))
-        return Field(lambda us: us, _named("int64", "io.debezium.time.MicroTimestamp"))
+            return Field(_millis, _named("int64", "io.debezium.time.Timestamp"))
+        return Field(_micros, _named("int64", "io.debezium.time.MicroTimestamp"))
 
     def date(self) -> Field:
         if self.options.time_precision == "connect":
-            return Field(int, _connect("int32", "Date"))
-        return Field(int, _named("int32", "io.debezium.time.Date"))
+            return Field(_days, _connect("int32", "Date"))
+        return Field(_days, _named("int32", "io.debezium.time.Date"))
+
+
+# PostgreSQL's infinite dates and timestamps as Debezium's PostgreSQL connector gives them
+# (PostgresValueConverter): a timestamp's infinity is the Instant of PGStatement's
+# DATE_POSITIVE_INFINITY / DATE_NEGATIVE_INFINITY read as microseconds, in micros or millis;
+# a date's is the LocalDate -5877611-06-21 / -06-22 as epoch days (+infinity is the earlier
+# day: so Debezium has it). Measured against Debezium 3.6.3 (tests/golden/debezium/).
+_DEBEZIUM_MICROS = {
+    MICROS_INFINITY: 9223372036825200000,
+    MICROS_MINUS_INFINITY: -9223372036832400000,
+}
+_DEBEZIUM_DAYS = {DATE_INFINITY: -2147472692, DATE_MINUS_INFINITY: -2147472691}
+
+
+def _micros(micros: int) -> int:
+    return _DEBEZIUM_MICROS.get(micros, micros)
+
+
+def _millis(micros: int) -> int:
+    return _DEBEZIUM_MICROS.get(micros, micros) // 1000
+
+
+def _days(days: int) -> int:
+    return _DEBEZIUM_DAYS.get(days, days)
 
 
 def _connect(kind: str, name: str) -> dict[str, Any]:
@@ -213,6 +246,8 @@ def _zoned_timestamp(precision: int | None) -> Callable[[int], str]:
     digits = 6 if precision is None else precision
 
     def convert(micros: int) -> str:
+        if micros in INFINITE:
+            return INFINITE[micros]  # Debezium's ZonedTimestamp says "infinity" too
         stamp = _EPOCH + dt.timedelta(microseconds=micros)
         text = f"{stamp.year:04d}" + stamp.strftime("-%m-%dT%H:%M:%S")  # %Y: no padding
         if digits:

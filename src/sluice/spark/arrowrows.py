@@ -27,7 +27,7 @@ from sluice.core.event import TRUNCATE
 from sluice.schemas import TableSchema
 from sluice.schemas.arrow_decoder import ArrowDecoder, Images, Undecodable, arrow_decodable
 from sluice.schemas.arrow_json import ArrowJson
-from sluice.schemas.columns import KIND, Column, time_text
+from sluice.schemas.columns import INFINITE, KIND, Column, time_text
 from sluice.spark.logcols import Events
 from sluice.spark.rows import (
     GENERIC_ARROW,
@@ -223,8 +223,14 @@ def nulled(value: pa.Array | pa.Scalar | None, rows: int) -> pa.Array:
 Convert = Callable[[pa.Array], pa.Array]
 
 
+def _finite(arr: pa.Array) -> pa.Array:
+    """Spark's dates and timestamps hold no infinity: PostgreSQL's are null in typed rows."""
+    infinite = pc.is_in(arr, pa.array(list(INFINITE), pa.int64()))
+    return pc.if_else(infinite, pa.scalar(None, arr.type), arr) if pc.any(infinite).as_py() else arr
+
+
 def _days(arr: pa.Array) -> pa.Array:
-    return arr.cast(pa.int32()).cast(pa.date32())
+    return _finite(arr).cast(pa.int32()).cast(pa.date32())
 
 
 def _json_document(arr: pa.Array) -> pa.Array:
@@ -246,6 +252,8 @@ def _typed_convert(col: Column) -> Convert:
     target = arrow_type(col)
     if col.kind == "date":
         return _days
+    if col.kind in ("datetime", "timestamp"):
+        return lambda arr: _finite(arr).cast(target)
     if col.kind == "time":
         return _time_text
     if kind.json == "value" and kind.wire == "string":

@@ -198,7 +198,19 @@ def _from_json(col: Column) -> Callable[[Any], Any]:
         return Decimal
     if spark == "string" and KIND[col.kind].json == "value":
         return lambda v: json.dumps(v, ensure_ascii=False)  # a JSON document, kept as text
-    return _FROM_JSON.get(spark, _same)
+    convert = _FROM_JSON.get(spark, _same)
+    if col.kind in ("date", "datetime", "timestamp"):
+        return _finite(convert)
+    return convert
+
+
+def _finite(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Spark's dates and timestamps hold no infinity: PostgreSQL's are null in typed rows."""
+
+    def finite(value: Any) -> Any:
+        return None if value in ("infinity", "-infinity") else convert(value)
+
+    return finite
 
 
 def _same(value: Any) -> Any:

@@ -15,6 +15,13 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from sluice.schemas.columns import (
+    DATE_INFINITY,
+    DATE_MINUS_INFINITY,
+    MICROS_INFINITY,
+    MICROS_MINUS_INFINITY,
+)
+
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 _F32 = struct.Struct("<f")
@@ -33,9 +40,15 @@ def _bytea(text: str) -> bytes:
     return bytes.fromhex(text[2:])  # bytea_output = hex: \x...
 
 
-def _date(text: str) -> int | None:
-    if text in ("infinity", "-infinity"):
-        return None  # no calendar date: null (documented)
+# infinity/-infinity: the schemas' sentinels (DATE_INFINITY...), not null, which a NULL has
+_DATE_INFINITE = {"infinity": DATE_INFINITY, "-infinity": DATE_MINUS_INFINITY}
+_MICROS_INFINITE = {"infinity": MICROS_INFINITY, "-infinity": MICROS_MINUS_INFINITY}
+
+
+def _date(text: str) -> int:
+    infinite = _DATE_INFINITE.get(text)
+    if infinite is not None:
+        return infinite
     return (dt.date.fromisoformat(text) - _EPOCH_DATE).days
 
 
@@ -44,15 +57,17 @@ def _micros(value: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _timestamp(text: str) -> int | None:
-    if text in ("infinity", "-infinity"):
-        return None
+def _timestamp(text: str) -> int:
+    infinite = _MICROS_INFINITE.get(text)
+    if infinite is not None:
+        return infinite
     return _micros(dt.datetime.fromisoformat(text))
 
 
-def _timestamptz(text: str) -> int | None:
-    if text in ("infinity", "-infinity"):
-        return None
+def _timestamptz(text: str) -> int:
+    infinite = _MICROS_INFINITE.get(text)
+    if infinite is not None:
+        return infinite
     value = dt.datetime.fromisoformat(text)  # "...+00" with TimeZone=UTC
     return _micros(value.astimezone(dt.UTC).replace(tzinfo=None))
 
