@@ -1,7 +1,9 @@
 """A normal client's ``/stream`` latency alone vs while 200 clients catch up over the whole
 buffer, 20 hold whole-buffer streams open without reading them and 1,000 idle long polls are
 held (issues 11 and 25: target <= 3x), and the relay's peak RSS under that load vs the
-documented bound.
+documented bound. Then the operator's view under a flood (issue 40): ``/stats`` latency while
+200 clients catch up over the whole buffer through a partition filter that keeps little
+(before the fix such streams never yielded the loop: ``/stats`` waited seconds).
 
 The relay is a ``sluice relay`` process; the crowd is another process (asyncio: 200 readers
 that re-read the whole buffer as fast as they can, 1,000 sockets holding long polls); the
@@ -26,6 +28,8 @@ from sluice.capture.mysql.metadata import end_scn
 from sluice.testing import PrivateMariaDB, RelayProcess
 
 READERS, UNREAD, IDLE, SAMPLES = 200, 20, 1000, 300
+# The filtered flood: a member of a 1,000-way consumer group, for FLOOD_S from its start
+FILTERED, FLOOD_S = "&partition=0/1000", 10.0
 
 
 def _get(url: str) -> Any:
@@ -44,6 +48,23 @@ def _rss(pid: int) -> int:
     return 0
 
 
+def _stats_latency(url: str, seconds: float) -> dict[str, float]:
+    """``GET /stats`` one after another for ``seconds``: ms per request."""
+    times: list[float] = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        began = time.perf_counter()
+        _get(url + "/stats")
+        times.append((time.perf_counter() - began) * 1000)
+    times.sort()
+    return {
+        "p50_ms": round(statistics.median(times), 2),
+        "p99_ms": round(times[int(len(times) * 0.99) - 1], 2),
+        "max_ms": round(times[-1], 2),
+        "answers": len(times),
+    }
+
+
 def _normal_client(url: str, since: int) -> dict[str, float]:
     """Small reads of the newest window, one after another: ms per request."""
     times = []
@@ -58,11 +79,11 @@ def _normal_client(url: str, since: int) -> dict[str, float]:
     }
 
 
-async def _crowd(port: int, start: int, tip: int, seconds: float) -> None:
+async def _crowd(port: int, start: int, tip: int, seconds: float, query: str = "") -> None:
     """In the crowd process: readers re-reading the whole buffer, streams of the whole
-    buffer never read, idle long polls."""
+    buffer never read, idle long polls; with ``query`` (a filter), the readers alone."""
     unread = []
-    for _ in range(UNREAD):
+    for _ in range(UNREAD if not query else 0):
         _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(
             f"GET /stream?since_scn={start}&max_bytes=268435456&timeout_ms=300000 HTTP/1.1\r\n"
@@ -70,7 +91,7 @@ async def _crowd(port: int, start: int, tip: int, seconds: float) -> None:
         )
         unread.append(writer)  # never read: its socket fills and stays full
     idle = []
-    for _ in range(IDLE):
+    for _ in range(IDLE if not query else 0):
         _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(
             f"GET /stream?since_scn={tip}&timeout_ms=300000 HTTP/1.1\r\nHost: x\r\n\r\n".encode()
@@ -82,8 +103,8 @@ async def _crowd(port: int, start: int, tip: int, seconds: float) -> None:
         while time.monotonic() < deadline:
             r, w = await asyncio.open_connection("127.0.0.1", port)
             w.write(
-                f"GET /stream?since_scn={start}&max_bytes=268435456&timeout_ms=0 HTTP/1.1\r\n"
-                "Host: x\r\nConnection: close\r\n\r\n".encode()
+                f"GET /stream?since_scn={start}&max_bytes=268435456&timeout_ms=0{query} "
+                "HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
             )
             while await r.read(1 << 20):
                 if time.monotonic() >= deadline:
@@ -97,7 +118,21 @@ async def _crowd(port: int, start: int, tip: int, seconds: float) -> None:
 
 def _crowd_main() -> None:
     port, start, tip, seconds = (int(a) for a in sys.argv[2:6])
-    asyncio.run(_crowd(port, start, tip, seconds))
+    asyncio.run(_crowd(port, start, tip, seconds, *sys.argv[6:7]))
+
+
+def _filtered_flood(url: str, port: int, start: int, tip: int) -> dict[str, float]:
+    """``/stats`` latency while ``READERS`` filtered clients re-read the whole buffer, from
+    the moment they all arrive (issue 40's case) on."""
+    crowd = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.load", "crowd", str(port), str(start), str(tip),
+         "120", FILTERED]
+    )  # fmt: skip
+    try:
+        return _stats_latency(url, FLOOD_S)
+    finally:
+        crowd.kill()
+        crowd.wait()
 
 
 def _load_relay(db: PrivateMariaDB, tmp: str) -> RelayProcess:
@@ -147,6 +182,7 @@ def run(windows: int = 500) -> dict[str, Any]:
             crowd_mb_s = (under["bytes_served"] - before) / (time.perf_counter() - began) / 2**20
             crowd.kill()
             crowd.wait()
+            flood = _filtered_flood(relay.url, port, start, tip)
         finally:
             relay.stop()
     # README's formula: baseline (~180 MB) + buffer pages (<= --buffer-size) + ~1 MiB/stream
@@ -162,6 +198,7 @@ def run(windows: int = 500) -> dict[str, Any]:
         "p99_ratio": round(loaded["p99_ms"] / max(alone["p99_ms"], 0.01), 2),
         "peak_rss_mb": round(peak / 2**20, 1),
         "rss_bound_mb": bound,
+        "stats_under_filtered_flood": flood,
     }
     print(
         table(
@@ -180,6 +217,10 @@ def run(windows: int = 500) -> dict[str, Any]:
         f"p99 under load / alone: {results['p99_ratio']}x; relay peak RSS "
         f"{results['peak_rss_mb']} MB (formula ~{bound} MB); the crowd read "
         f"{results['crowd_mb_per_s']} MB/s meanwhile"
+    )
+    print(
+        f"/stats under {READERS} filtered ({FILTERED[1:]}) catching up: p50 {flood['p50_ms']} "
+        f"ms, p99 {flood['p99_ms']} ms, max {flood['max_ms']} ms"
     )
     print("wrote", write_results("load", results))
     return results

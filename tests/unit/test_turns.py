@@ -78,24 +78,29 @@ def test_log_files_group_into_runs_where_their_scns_overlap() -> None:
     assert _runs({}) == []
 
 
-def test_a_streams_first_chunk_goes_before_streams_catching_up() -> None:
-    async def main() -> list[str]:
+def test_first_chunks_do_not_queue_behind_bulk_ones_and_are_granted_per_tick_too() -> None:
+    async def main() -> list[tuple[int, str]]:
         turns = Turns(per_tick=1)
-        got: list[str] = []
+        tick, stop = [0], asyncio.Event()
+        ticker = asyncio.create_task(_ticks(tick, stop))
+        got: list[tuple[int, str]] = []
 
-        async def take(name: str, first: bool) -> None:
-            await turns.take(first)
-            got.append(name)
+        async def take(name: str) -> None:
+            await turns.take(first=name.startswith("new"))
+            got.append((tick[0], name))
 
-        # In one iteration: the hog takes the tick's only turn, two bulk chunks queue, then
-        # two streams ask for their first chunk: they go next, in their order.
-        tasks = [
-            asyncio.create_task(take(name, name.startswith("new")))
-            for name in ("hog", "bulk1", "bulk2", "new1", "new2")
-        ]
+        # In one iteration: the hog takes the tick's bulk turn, two bulk chunks queue; new1
+        # takes the tick's first-chunk turn at once, new2 and new3 queue for theirs.
+        names = ("hog", "bulk1", "bulk2", "new1", "new2", "new3")
+        tasks = [asyncio.create_task(take(name)) for name in names]
         await asyncio.sleep(0)
         assert turns.waiting == 4
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        stop.set()
+        await ticker
         return got
 
-    assert asyncio.run(main()) == ["hog", "new1", "new2", "bulk1", "bulk2"]
+    got = asyncio.run(main())
+    assert [name for _t, name in got][:2] == ["hog", "new1"]
+    order = {name: tick for tick, name in got}
+    assert order["new2"] == order["bulk1"] < order["new3"] == order["bulk2"]

@@ -3,12 +3,12 @@
 One asyncio loop serves every client. A client far behind the head asks for megabytes; left
 alone, 200 of them copy and write a chunk each per loop iteration, and a client at the head
 waits behind all of them for its few bytes. So every chunk of work waits for a turn: at most
-``per_tick`` turns are granted per loop iteration, in arrival order, a stream's first chunk
-before any other (a client at the head rarely needs more, and is answered within an iteration
-or two). Bulk readers still share the whole relay between them, but an iteration never holds
-more than ``per_tick`` chunks of their work, whatever their number: not even when 200 of them
-arrive at once (free first chunks, 200 in one iteration, held ``/stats`` back 150 ms; issue
-40).
+``per_tick`` turns are granted per loop iteration, in arrival order, and as many again for
+streams' first chunks, which do not queue behind the others (a client at the head rarely
+needs more than one, and is answered at once). Bulk readers still share the whole relay
+between them, but an iteration never holds more than ``2 * per_tick`` chunks of work, whatever
+their number: not even when 200 streams arrive at once (their first chunks were free, 200 in
+one iteration: ``/stats`` waited 150 ms; issue 40).
 """
 
 from __future__ import annotations
@@ -28,13 +28,18 @@ class Turns:
     def __init__(self, per_tick: int = TURNS_PER_TICK) -> None:
         self.per_tick = per_tick
         self.granted = 0  # in the current tick
+        self.first_granted = 0  # first chunks, in the current tick
         self.waits = 0  # turns that had to wait (for /stats)
         self._first: deque[asyncio.Future[None]] = deque()  # streams' first chunks
         self._queue: deque[asyncio.Future[None]] = deque()
         self._tick_scheduled = False
 
     async def take(self, first: bool = False) -> None:
-        if self.granted < self.per_tick and not self._first and (first or not self._queue):
+        if first and self.first_granted < self.per_tick and not self._first:
+            self.first_granted += 1
+            self._schedule_tick()
+            return
+        if not first and self.granted < self.per_tick and not self._queue:
             self.granted += 1
             self._schedule_tick()
             return
@@ -54,16 +59,21 @@ class Turns:
             asyncio.get_running_loop().call_soon(self._tick)
 
     def _tick(self) -> None:
-        """Once per loop iteration while there is demand: a fresh budget, handed to waiters
-        first (first chunks, then arrival order), the rest left for whoever asks during the
-        iteration."""
+        """Once per loop iteration while there is demand: fresh budgets, handed to waiters
+        first (arrival order), the rest left for whoever asks during the iteration."""
         self._tick_scheduled = False
-        self.granted = 0
-        for queue in (self._first, self._queue):
-            while queue and self.granted < self.per_tick:
-                future = queue.popleft()
-                if not future.done():
-                    future.set_result(None)
-                    self.granted += 1
-        if self._first or self._queue or self.granted:
+        self.first_granted = _grant(self._first, self.per_tick)
+        self.granted = _grant(self._queue, self.per_tick)
+        if self._first or self._queue or self.granted or self.first_granted:
             self._schedule_tick()
+
+
+def _grant(queue: deque[asyncio.Future[None]], budget: int) -> int:
+    """Wake up to ``budget`` waiters of ``queue`` (a cancelled one is skipped); how many."""
+    granted = 0
+    while queue and granted < budget:
+        future = queue.popleft()
+        if not future.done():
+            future.set_result(None)
+            granted += 1
+    return granted
