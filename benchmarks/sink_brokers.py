@@ -42,12 +42,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,15 @@ from sluice.testing import PrivateMariaDB, RelayThread
 from sluice.testing.brokers import PrivateNats, PrivateRabbitMQ, PrivateRedis
 from sluice.testing.mariadb import free_port
 
-BULK_WINDOWS = 100
-REDUCED_BULK_WINDOWS = 20  # RabbitMQ: its baseline awaits a confirm per event
-SMALL_TXNS = 3000
+# SLUICE_BENCH_SCALE shrinks the workloads for a quick check of the benchmark itself
+_SCALE = float(os.environ.get("SLUICE_BENCH_SCALE", "1"))
+BULK_WINDOWS = max(1, round(100 * _SCALE))
+REDUCED_BULK_WINDOWS = max(1, round(20 * _SCALE))  # RabbitMQ: its baseline awaits each confirm
+SMALL_TXNS = max(1, round(3000 * _SCALE))
 SOURCE = "bench.t"
 
 Write = Callable[[JsonWindow], Awaitable[None]]
+Windows = list[tuple[int, list[str]]]
 Close = Callable[[], Awaitable[None]]
 
 
@@ -162,6 +166,45 @@ def _baseline(
     return time.perf_counter() - began, events
 
 
+class _Recorder:
+    """Reads the workload once, untimed: each window's SCN and JSON lines, for the write-only
+    loops (the same entries, already built in memory)."""
+
+    def __init__(self) -> None:
+        self.windows: list[tuple[int, list[str]]] = []
+
+    async def on_json_window(self, window: JsonWindow) -> None:
+        if window.lines:
+            self.windows.append((window.scn, list(window.lines)))
+
+    def on_rollback(self, scn: int, error: BaseException) -> None:
+        return None
+
+
+def _recorded(relay_url: str, after: int) -> list[tuple[int, list[str]]]:
+    recorder = _Recorder()
+    config = ClientConfig(relays=(relay_url,), since_scn=after)
+    asyncio.run(AsyncClient(config, recorder).run(until_caught_up=True))
+    return recorder.windows
+
+
+WriteAll = Callable[[], Coroutine[Any, Any, int]]
+
+
+def _write_only(write_all: WriteAll) -> tuple[float, int]:
+    """(seconds, events) of a target's own client writing entries built before the clock
+    starts (its connection included): what the target itself can take."""
+    began = time.perf_counter()
+    events = asyncio.run(write_all())
+    return time.perf_counter() - began, events
+
+
+def _chunks(windows: Windows, size: int) -> list[list[tuple[int, int, str]]]:
+    """(scn, index, line) in runs of ``size``, across windows (as the sink groups them)."""
+    flat = [(scn, i, line) for scn, lines in windows for i, line in enumerate(lines)]
+    return [flat[at : at + size] for at in range(0, len(flat), size)]
+
+
 # -- targets: per run tag, a fresh destination for the sink and one for the loop --------------
 class _Nats:
     name = "nats"
@@ -178,10 +221,11 @@ class _Nats:
         from nats.js.api import StorageType, StreamConfig
 
         nc, js = await self._js()
-        await js.add_stream(
-            StreamConfig(name=f"LOOP_{tag}", subjects=[f"loop_{tag}.>"],
-                         storage=StorageType.FILE, duplicate_window=120.0)
-        )  # fmt: skip
+        for who in ("LOOP", "ONLY"):
+            await js.add_stream(
+                StreamConfig(name=f"{who}_{tag}", subjects=[f"{who.lower()}_{tag}.>"],
+                             storage=StorageType.FILE, duplicate_window=120.0)
+            )  # fmt: skip
         await nc.close()
 
     async def open_loop(self, tag: str) -> tuple[Write, Close]:
@@ -195,6 +239,30 @@ class _Nats:
                 )
 
         return write, nc.close
+
+    def build_only(self, tag: str, windows: Windows) -> WriteAll:
+        """``js.publish`` with ``Nats-Msg-Id``, 1,000 in flight, their acks awaited together."""
+        subject = f"only_{tag}.bench.t"
+        chunks = [
+            [(line.encode(), {"Nats-Msg-Id": f"{scn}-{i}"}) for scn, i, line in chunk]
+            for chunk in _chunks(windows, 1000)
+        ]
+
+        async def write() -> int:
+            nc, js = await self._js()
+            for chunk in chunks:
+                await asyncio.gather(*(js.publish(subject, b, headers=h) for b, h in chunk))
+            await nc.close()
+            return sum(map(len, chunks))
+
+        return write
+
+    async def stored_only(self, tag: str) -> int:
+        nc, js = await self._js()
+        count = int((await js.stream_info(f"ONLY_{tag}")).state.messages)
+        await js.delete_stream(f"ONLY_{tag}")
+        await nc.close()
+        return count
 
     async def stored(self, tag: str) -> tuple[int, int]:
         nc, js = await self._js()
@@ -237,6 +305,43 @@ class _Redis:
 
         return write, client.aclose
 
+    def build_only(self, tag: str, windows: Windows) -> WriteAll:
+        """Pipelines of 1,000 ``XADD stream SCN-INDEX`` with the sink's fields (value, key,
+        op, source, scn, schema_version)."""
+        entries = []
+        for scn, lines in windows:
+            for i, line in enumerate(lines):
+                event = json.loads(line)
+                key = json.dumps(event["key"], separators=(",", ":"), sort_keys=True)
+                fields = {
+                    "value": line,
+                    "key": key,
+                    "op": event["op"],
+                    "source": SOURCE,
+                    "scn": str(scn),
+                    "schema_version": str(event["schema_version"]),
+                }
+                entries.append((f"{scn}-{i}", fields))  # fmt: skip
+
+        async def write() -> int:
+            client, stream = self._client(), f"only_{tag}:{SOURCE}"
+            for at in range(0, len(entries), 1000):
+                pipe = client.pipeline(transaction=False)
+                for entry_id, fields in entries[at : at + 1000]:
+                    pipe.xadd(stream, fields, id=entry_id)
+                await pipe.execute()
+            await client.aclose()
+            return len(entries)
+
+        return write
+
+    async def stored_only(self, tag: str) -> int:
+        client = self._client()
+        count = int(await client.xlen(f"only_{tag}:{SOURCE}"))
+        await client.delete(f"only_{tag}:{SOURCE}")
+        await client.aclose()
+        return count
+
     async def stored(self, tag: str) -> tuple[int, int]:
         client = self._client()
         keys = (f"sink_{tag}:{SOURCE}", f"loop_{tag}:{SOURCE}")
@@ -267,7 +372,7 @@ class _RabbitMQ:
         connection = await aio_pika.connect(self.server.url)
         async with connection:
             channel = await connection.channel()
-            for who in ("sink", "loop"):
+            for who in ("sink", "loop", "only"):
                 exchange = await channel.declare_exchange(
                     f"{who}_{tag}", aio_pika.ExchangeType.TOPIC, durable=True
                 )
@@ -290,6 +395,45 @@ class _RabbitMQ:
                 await exchange.publish(message, routing_key=SOURCE)
 
         return write, connection.close
+
+    def build_only(self, tag: str, windows: Windows) -> WriteAll:
+        """Persistent messages with confirms, 1,000 published before their confirms are
+        awaited together."""
+        import aio_pika
+
+        chunks = [
+            [
+                aio_pika.Message(
+                    line.encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                    message_id=f"{scn}-{i}", content_type="application/json",
+                )
+                for scn, i, line in chunk
+            ]
+            for chunk in _chunks(windows, 1000)
+        ]  # fmt: skip
+
+        async def write() -> int:
+            connection = await aio_pika.connect(self.server.url)
+            channel = await connection.channel(publisher_confirms=True)
+            exchange = await channel.get_exchange(f"only_{tag}")
+            for chunk in chunks:
+                await asyncio.gather(*(exchange.publish(m, routing_key=SOURCE) for m in chunk))
+            await connection.close()
+            return sum(map(len, chunks))
+
+        return write
+
+    async def stored_only(self, tag: str) -> int:
+        import aio_pika
+
+        connection = await aio_pika.connect(self.server.url)
+        async with connection:
+            channel = await connection.channel()
+            queue = await channel.declare_queue(f"only_{tag}", passive=True)
+            count = queue.declaration_result.message_count or 0
+            await queue.delete(if_unused=False, if_empty=False)
+            await channel.exchange_delete(f"only_{tag}")
+        return count
 
     async def stored(self, tag: str) -> tuple[int, int]:
         import aio_pika
@@ -371,6 +515,30 @@ class _Webhook:
 
         return write, session.close
 
+    def build_only(self, tag: str, windows: Windows) -> WriteAll:
+        """POSTs of 500 events (the sink's default ``--batch-events``), one at a time."""
+        bodies = [
+            ('{"events": [' + ", ".join(line for _, _, line in chunk) + "]}").encode()
+            for chunk in _chunks(windows, 500)
+        ]
+        url = f"http://127.0.0.1:{self.receiver.port}/only_{tag}"
+        headers = {"Content-Type": "application/json"}
+
+        async def write() -> int:
+            import aiohttp
+
+            async with aiohttp.ClientSession() as session:
+                for body in bodies:
+                    async with session.post(url, data=body, headers=headers) as response:
+                        response.raise_for_status()
+                        await response.read()
+            return sum(len(lines) for _, lines in windows)
+
+        return write
+
+    async def stored_only(self, tag: str) -> int:
+        return self.receiver.events.pop(f"only_{tag}", 0)
+
     async def stored(self, tag: str) -> tuple[int, int]:
         events = self.receiver.events
         return events.pop(f"sink_{tag}", 0), events.pop(f"loop_{tag}", 0)
@@ -388,19 +556,27 @@ def _measure(
         target.sink_url(tag), relay_url, after, work / "checkpoints" / f"{target.name}_{tag}"
     )
     loop_s, loop_events = _baseline(lambda: target.open_loop(tag), relay_url, after)
+    only_s, only_events = _write_only(target.build_only(tag, _recorded(relay_url, after)))
     stored = asyncio.run(target.stored(tag))
-    if (sink_events, loop_events) != (events, events) or stored != (events, events):
+    stored_only = asyncio.run(target.stored_only(tag))
+    if (sink_events, loop_events, only_events) != (events,) * 3 or (*stored, stored_only) != (
+        events,
+    ) * 3:
         raise AssertionError(
-            f"{target.name}/{workload}: {events} events; sink read {sink_events}, loop "
-            f"{loop_events}; stored by the sink {stored[0]}, by the loop {stored[1]}"
+            f"{target.name}/{workload}: {events} events; sink {sink_events}, loop "
+            f"{loop_events}, write-only {only_events}; stored by the sink {stored[0]}, by the "
+            f"loop {stored[1]}, by the write-only loop {stored_only}"
         )
     result = {
         "events": events,
         "sink_s": round(sink_s, 2),
         "loop_s": round(loop_s, 2),
+        "write_only_s": round(only_s, 2),
         "sink_events_per_s": round(events / sink_s),
         "loop_events_per_s": round(events / loop_s),
-        "ratio": round(loop_s / sink_s, 2),
+        "write_only_events_per_s": round(events / only_s),
+        "ratio": round(loop_s / sink_s, 2),  # against the client loop: target 1.5x
+        "ratio_write_only": round(only_s / sink_s, 2),  # against the target's own: 0.8x
     }
     print(f"{target.name}/{workload}: {result}", flush=True)
     return result
@@ -464,11 +640,12 @@ def run() -> dict[str, Any]:
             for target in targets:  # in table order: per target, its bulk then small
                 for key in sorted(k for k in measured if k.startswith(target.name + "/")):
                     results["targets"][key] = measured[key]
-    rows = [("target/workload", "events", "sink ev/s", "loop ev/s", "ratio (target 1.5x)")]
+    rows = [("target/workload", "events", "sink ev/s", "client loop ev/s", "write-only ev/s",
+             "vs client loop (1.5x)", "vs write-only (0.8x)")]  # fmt: skip
     for name, r in results["targets"].items():
         rows.append(
             (name, str(r["events"]), str(r["sink_events_per_s"]), str(r["loop_events_per_s"]),
-             f"{r['ratio']}x")
+             str(r["write_only_events_per_s"]), f"{r['ratio']}x", f"{r['ratio_write_only']}x")
         )  # fmt: skip
     print(table(rows))
     print(f"results: {write_results('sink_brokers', results)}")
