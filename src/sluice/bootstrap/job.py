@@ -277,25 +277,44 @@ class BootstrapJob:
         self.log_writer.start()
         log.info("bootstrap job logging %s into %s", ",".join(self.config.sources), self.store.uri)
         try:
-            if self.config.seed is not None:
-                self._seed(spark)
-            self._fold_status.started(self.store)
-            self._loop(spark)
-        finally:
-            self.log_writer.stop()
-        try:
-            self._fold(spark)
-        finally:
+            try:
+                if self.config.seed is not None:
+                    self._seed(spark)
+                self._fold_status.started(self.store)
+                self._loop(spark)
+            finally:
+                self.log_writer.stop()
+            try:
+                self._fold(spark)  # the last one, up to where the log stopped
+            finally:
+                self._fold_status.stopped(self.store)
+        except Exception as exc:
+            if not self._stopped_with_spark(exc):
+                raise
             self._fold_status.stopped(self.store)
 
+    def _stopped_with_spark(self, exc: Exception) -> bool:
+        """Whether Spark's work failed because the job is stopping: SIGTERM to the whole
+        process group (systemd's stop) reaches Spark's JVM too, which then shuts down under
+        the seed or the fold. The log is whole up to where it stopped; the next run folds."""
+        writer = self.log_writer
+        if not self._stop.is_set() or (writer is not None and writer.error is not None):
+            return False
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else repr(exc)
+        log.info("stopped without a last fold (Spark stopped too: %s); the next run folds", detail)
+        log.debug("Spark's failure while stopping", exc_info=exc)
+        return True
+
     def _fold(self, spark: Any) -> None:
-        """Fold (seeding past gaps first) and record how it went (``bootstrap/health.py``)."""
+        """Fold (seeding past gaps first) and record how it went (``bootstrap/health.py``);
+        a fold cut short by the job's stop is not counted as failed."""
         try:
             save_schemas(self.config.relays, self.config.sources, self.store)
             self._seed_past_gaps(spark)
             fold(spark, self.store)
         except Exception as exc:
-            self._fold_status.failed(self.store, exc)
+            if not self._stop.is_set():
+                self._fold_status.failed(self.store, exc)
             raise
         self._fold_status.worked(self.store)
 
@@ -383,6 +402,8 @@ class BootstrapJob:
             try:
                 self._fold(spark)
             except Exception as exc:
+                if self._stop.is_set():  # stopping: Spark may be stopping with the job
+                    raise
                 self._fold_failed(exc)
         failure = writer.error
         if failure is not None:

@@ -48,7 +48,21 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_parser(sub)
     bootstrap.add_parser(sub)
     demo.add_parser(sub)
+    entry = sub.add_parser(
+        "spark-entry",
+        help="print the path of the Python file spark-submit runs as sluice",
+        description="spark-submit runs a Python file (the sluice console script is not one): "
+        'spark-submit [options] "$(sluice spark-entry)" bootstrap run ...',
+    )
+    entry.set_defaults(run=_spark_entry)
     return parser
+
+
+def _spark_entry(_args: argparse.Namespace) -> int:
+    from sluice.cli.spark_submit import sluice_cli  # noqa: PLC0415 - its path only
+
+    print(sluice_cli.__file__)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
