@@ -7,17 +7,22 @@ killed relay shows as unreachable until it comes back, when the page recovers by
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
+import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sluice.bootstrap.seed.records import Seeded, SeedRecords
+from sluice.bootstrap.store import BootstrapStore
 from sluice.testing import RelayProcess, free_port
 from tests.integration.sink_support import SinkProcess
-from tests.integration.support import get_json, http_status, wait_for
+from tests.integration.support import SLUICE, get_json, http_status, wait_for
 
 ORDERS, BAD = "main.orders", "main.bad"
 
@@ -106,6 +111,11 @@ def test_the_relay_console_follows_a_live_relay_and_recovers_from_its_death(
         ],
         tmp_path / "sink.log",
     ).start()
+    nowhere = f"postgresql://sluice@127.0.0.1:{free_port()}/replica"  # nothing listens there
+    down = SinkProcess(
+        ["--to", nowhere, "--relay", relay.url, "--source", ORDERS, "--name", "down-sink"],
+        tmp_path / "down.log",
+    ).start()
     try:
         browser.get(relay.url + "/ui")
         assert browser.current_url.endswith("/ui/")
@@ -143,10 +153,18 @@ def test_the_relay_console_follows_a_live_relay_and_recovers_from_its_death(
         wait_for(lambda: attr(browser, follower, "href"), 60, "the sink listed as a follower")
         assert attr(browser, follower, "href") == f"{sink.url}/ui"
         assert attr(browser, 'tr[data-link="lake"] a', "href") == "http://127.0.0.1:7080/ui"
-        wait_for(lambda: float(text(browser, "#rate-now").split("/")[0] or 0) > 0, 30, "a rate")
+        wait_for(lambda: _rate(text(browser, "#rate-now")) > 0, 30, "a rate")
+        assert text(browser, "#rate-now").endswith(" events/s")  # a rate says of what
         orders_rate = 'tr[data-source="main.orders"] td:nth-child(3)'
-        wait_for(lambda: text(browser, orders_rate) not in ("", "0/s"), 30, "main.orders' rate")
-        assert text(browser, 'tr[data-source="main.bad"] td:nth-child(3)') == "0/s"
+        wait_for(lambda: _rate(text(browser, orders_rate)) > 0, 30, "main.orders' rate")
+        assert text(browser, 'tr[data-source="main.bad"] td:nth-child(3)') == "0 events/s"
+        # the chart has a time axis: the times of its first, middle and last points
+        ticks = browser.execute_script(
+            "return [...document.querySelectorAll('#chart-axis span')]"
+            ".map(e => [Number(e.dataset.t), e.textContent])"
+        )
+        assert len(ticks) == 3 and ticks[0][0] < ticks[2][0], ticks
+        assert all(re.fullmatch(r"\d\d:\d\d:\d\d", label) for _, label in ticks), ticks
         shot(browser, tmp_path, "console-relay")
 
         # A killed relay: the page says so, then recovers by itself when it is back.
@@ -173,7 +191,16 @@ def test_the_relay_console_follows_a_live_relay_and_recovers_from_its_death(
         assert text(browser, "#dead-letters") == "0"
         assert attr(browser, "#position a", "href") == relay.url + "/ui/"
         shot(browser, tmp_path, "console-sink")
+
+        # A sink whose target is down: its badge says why, not "unhealthy: unhealthy".
+        browser.get(down.url + "/ui")
+        wait_for(lambda: text(browser, "#role") == "sink", 30, "the second sink's page")
+        wait_for(lambda: "unhealthy" in text(browser, "#status"), 60, "the sink unhealthy")
+        status = text(browser, "#status")
+        assert status.startswith("unhealthy: target down for "), status
+        assert "unhealthy: unhealthy" not in status
     finally:
+        down.stop()
         sink.stop()
         relay.stop()
 
@@ -192,3 +219,80 @@ def test_the_console_serves_only_its_own_files(
         assert stats["role"] == "relay" and stats["source"]["kind"] == "query+sqlite"
     finally:
         relay.stop()
+
+
+def _rate(shown: str) -> float:
+    """``1,234.5 events/s`` -> 1234.5 (0 for a dash or nothing yet)."""
+    number = shown.split(" ", maxsplit=1)[0].replace(",", "")
+    return float(number) if re.fullmatch(r"[\d.]+", number) else 0.0
+
+
+def _answers(url: str) -> bool:
+    try:
+        return http_status(url)[0] == 200
+    except OSError:  # not listening yet
+        return False
+
+
+def _store_with_seeds(path: Path) -> None:
+    """A bootstrap store as `bootstrap run` and `bootstrap seed` leave it mid-way, written
+    through the store's own classes: two snapshot generations (the newer served), one table
+    seeded in a single chunk and one being seeded (its first chunk done a minute after the
+    plan, as when Spark takes that long to start, then two more at a chunk a second)."""
+    store = BootstrapStore(str(path))
+    store.create(0, (ORDERS, BAD))
+    for name in ("scn=100", "scn=200"):
+        store.fs.create_dir(store.path("snapshots", name))
+    store.publish(200, name="scn=200")
+    records = SeedRecords(store)
+    now = time.time()
+    records.mark_seeded(Seeded(BAD, 1, 90, 90, 7, 1, now - 30))
+    gen = records.gen_dir(ORDERS, 1)
+    plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 63}
+    store.write_json({**plan, "created_at": now - 63}, *gen, "_plan.json")
+    for index in range(3):
+        body = {"scn": 150, "rows": 1000, "finished_at": now - 2 + index}
+        store.write_json(body, *records.done_file(ORDERS, 1, index))
+
+
+def test_the_bootstrap_console_names_generations_seeds_and_its_relay(
+    browser: Any, tmp_path: Path
+) -> None:
+    _store_with_seeds(tmp_path / "store")
+    port, relay = free_port(), "http://127.0.0.1:7070"
+    log = (tmp_path / "serve.log").open("w")
+    server = subprocess.Popen(
+        [*SLUICE, "bootstrap", "serve", "--store", str(tmp_path / "store"), "--port", str(port),
+         "--relay", relay],
+        stdout=log, stderr=log,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(url + "/stats"), 30, "the bootstrap server")
+        browser.get(url + "/ui")
+        wait_for(lambda: text(browser, "#role") == "bootstrap", 30, "the bootstrap page")
+        # a link back to the relay's console
+        assert attr(browser, "#relays a", "href") == relay + "/ui/"
+        # snapshots are told apart: not "generation 1" each
+        rows = browser.execute_script(
+            "return [...document.querySelectorAll('#generations-table tr[data-generation]')]"
+            ".map(r => r.textContent)"
+        )
+        assert len(rows) == 2 and "1 older" in rows[0] and "newest" in rows[1], rows
+        assert "served" in rows[1] and "generation" not in " ".join(rows)
+        # the table being seeded says so; the seeded one says "1 chunk"
+        seeding = f'#source-table tr[data-source="{ORDERS}"]'
+        assert text(browser, seeding + " .seed") == "gen 1: seeding now"
+        progress = text(browser, seeding + " .progress")
+        assert "3/63 chunks, 3,000 rows" in progress and " rows/s, ETA " in progress
+        # the ETA counts from the first chunk (60 chunks at one a second), not from the plan
+        # (~20 min at the pace since then)
+        eta = progress.split("ETA ")[1]
+        assert " h " not in eta and int(eta.split(" min")[0] if " min" in eta else 0) < 10, eta
+        done = text(browser, f'#source-table tr[data-source="{BAD}"] .seed')
+        assert done.startswith("gen 1: 7 rows in 1 chunk,"), done
+        shot(browser, tmp_path, "console-bootstrap-seeding")
+    finally:
+        server.terminate()
+        server.wait(30)
+        log.close()

@@ -102,42 +102,72 @@ def store(tmp_path: Path) -> BootstrapStore:
     return BootstrapStore(str(tmp_path / "store"))
 
 
+def _done(folder: Path, index: int, finished_at: float, rows: int = 10) -> None:
+    body = {"scn": 5, "rows": rows, "finished_at": finished_at}
+    (folder / f"_done-{index:05d}.json").write_text(json.dumps(body))
+
+
 def test_a_seed_in_progress_shows_its_chunks_rows_and_an_eta(store: BootstrapStore) -> None:
     records = SeedRecords(store)
     folder = Path(store.path(*records.gen_dir("db.t", 1)))
     folder.mkdir(parents=True)
     assert records.in_progress("db.t") == {"generation": 1, "state": "planning"}
     plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 4}
-    (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": 1.0}))
+    now = time.time()
+    (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": now - 10}))
     progress = records.in_progress("db.t")
     assert progress is not None
     assert (progress["chunks"], progress["chunks_done"], progress["eta_s"]) == (4, 0, None)
-    (folder / "_done-00000.json").write_text(json.dumps({"scn": 5, "rows": 10}))
+    _done(folder, 0, now - 2)
     seen: dict[tuple[str, int], dict[int, ChunkDone]] = {}
     progress = records.in_progress("db.t", seen)
     assert progress is not None and progress["chunks_done"] == 1 and progress["rows"] == 10
     assert list(seen[("db.t", 1)]) == [0]  # read once: a later call takes it from here
-    assert progress["eta_s"] is not None and progress["eta_s"] > 0
+    assert progress["eta_s"] is None  # one chunk shows no pace yet: "after the first chunks"
+    _done(folder, 1, now - 1)
+    progress = records.in_progress("db.t", seen)
+    assert progress is not None and progress["eta_s"] is not None and progress["eta_s"] > 0
+
+
+def test_the_eta_counts_from_the_first_chunk_not_from_the_jobs_start(
+    store: BootstrapStore,
+) -> None:
+    """Spark took 60 s to start and the first chunk's read; then a chunk a second: 98 chunks
+    left are ~98 s, not the ~50 min that counting from the job's start gives."""
+    records = SeedRecords(store)
+    folder = Path(store.path(*records.gen_dir("db.t", 1)))
+    folder.mkdir(parents=True)
+    now = time.time()
+    plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 100}
+    (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": now - 61}))
+    _done(folder, 0, now - 1, rows=1000)
+    _done(folder, 1, now, rows=1000)
+    progress = records.in_progress("db.t")
+    assert progress is not None and progress["eta_s"] is not None
+    assert 90 < progress["eta_s"] < 110
+    assert progress["rows_per_s"] is not None and progress["rows_per_s"] > 500  # not 2000/61
 
 
 def test_a_resumed_seed_counts_its_pace_from_its_own_run(store: BootstrapStore) -> None:
     """Chunks an earlier run did took none of this run's time: the ETA and the rate count
-    from the resume, over the chunks done since."""
+    from this run's chunks."""
     records = SeedRecords(store)
     folder = Path(store.path(*records.gen_dir("db.t", 1)))
     folder.mkdir(parents=True)
     plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 10}
     (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": time.time() - 3600}))
     for index in range(5):  # done an hour ago, by a run that was killed
-        (folder / f"_done-{index:05d}.json").write_text(json.dumps({"scn": 5, "rows": 10}))
+        _done(folder, index, time.time() - 3600 + index * 600)
     old = records.in_progress("db.t")
     assert old is not None and old["eta_s"] is not None and old["eta_s"] > 3000
     records.mark_run("db.t", 1)
     progress = records.in_progress("db.t")
     assert progress is not None and progress["eta_s"] is None  # nothing done by this run yet
-    assert progress["rows"] == 50 and progress["rows_per_s"] == 0
-    (folder / "_done-00005.json").write_text(json.dumps({"scn": 5, "rows": 10}))
+    assert progress["rows"] == 50 and progress["rows_per_s"] is None
+    now = time.time()
+    _done(folder, 5, now + 1)
+    _done(folder, 6, now + 2)
     progress = records.in_progress("db.t")
     assert progress is not None and progress["eta_s"] is not None
-    assert progress["eta_s"] < 600  # 4 chunks left at this run's pace, not the hour's
-    assert progress["rows_per_s"] > 0
+    assert progress["eta_s"] < 600  # 3 chunks left at this run's pace, not the hour's
+    assert progress["rows_per_s"] is not None and progress["rows_per_s"] > 0

@@ -62,9 +62,11 @@ class BootstrapServer(AsyncComponent):
         port: int = 7080,
         max_clients: int = MAX_CLIENTS,
         name: str = "bootstrap",
+        relays: tuple[str, ...] = (),
     ) -> None:
         self.reader = StoreReader(BootstrapStore(store))
         self.name = name
+        self.relays = relays  # the relays the store is fed from: the console links to them
         self._seed_chunks: dict[tuple[str, int], dict[int, ChunkDone]] = {}  # read once each
         self.host, self.port = host, port
         self.max_clients = max_clients
@@ -120,6 +122,7 @@ class BootstrapServer(AsyncComponent):
         return {
             "role": "bootstrap",
             "name": self.name,
+            "relays": [redact(url) for url in self.relays],
             "store": redact(self.reader.store.uri),
             "generations": self.reader.store.generations(),
             "log_start_scn": self.reader.meta.log_start_scn,

@@ -124,6 +124,14 @@ def add_parser(sub: Any) -> None:
         help="streams served at once; more get 503 + Retry-After (bounds memory)",
     )
     serve.add_argument("--name", default="bootstrap", help="what its console calls it")
+    serve.add_argument(
+        "--relay",
+        action="append",
+        default=[],
+        dest="relays",
+        metavar="URL",
+        help="a relay the store is fed from: its console links to the relay's (repeat)",
+    )
     serve.set_defaults(run=_serve)
 
 
@@ -299,12 +307,17 @@ def _compact(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     from sluice.bootstrap.server import BootstrapServer  # noqa: PLC0415
+    from sluice.core.names import check_relay_url  # noqa: PLC0415
 
     if args.max_clients < 1:
         raise ConfigError(f"--max-clients must be at least 1, got {args.max_clients}")
     if not _wait_for_store(args.store):
         return 0
-    server = BootstrapServer(args.store, args.host, args.port, args.max_clients, args.name)
+    for url in args.relays:
+        check_relay_url(url)
+    server = BootstrapServer(
+        args.store, args.host, args.port, args.max_clients, args.name, tuple(args.relays)
+    )
     return asyncio.run(
         serve_until_signal(
             server, lambda: f"sluice bootstrap serving on http://{args.host}:{server.port}"

@@ -162,7 +162,8 @@ def write_chunk(task: ChunkTask, scn: int, batches: Iterable[pa.RecordBatch]) ->
             store.fs.delete_file(tmp)
         raise
     store.fs.move(tmp, target)
-    store.write_json({"scn": scn, "rows": rows}, *records.done_file(source, generation, task.index))
+    done = {"scn": scn, "rows": rows, "finished_at": time.time()}  # the seed's pace (ETA)
+    store.write_json(done, *records.done_file(source, generation, task.index))
     return ChunkResult(source, task.index, scn, rows, time.monotonic() - started)
 
 

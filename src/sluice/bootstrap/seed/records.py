@@ -2,7 +2,8 @@
 
 STORE/seeds/SOURCE/gen=G/_plan.json          the key ranges (chunks) of seed generation G
 STORE/seeds/SOURCE/gen=G/chunk-NNNNN.parquet  one chunk's rows, in the snapshot's columns
-STORE/seeds/SOURCE/gen=G/_done-NNNNN.json     written after its Parquet file: {scn, rows}
+STORE/seeds/SOURCE/gen=G/_done-NNNNN.json     written after its Parquet file: {scn, rows,
+                                              finished_at} (older ones: the file's time)
 STORE/seeds/SOURCE/gen=G/_run.json           when a resumed seed's run began, with the chunks
                                               and rows done before it (its pace and ETA)
 STORE/seeds/SOURCE/SEEDED                     the newest complete generation (min/max SCN...)
@@ -93,6 +94,23 @@ class ChunkDone:
     index: int
     scn: int
     rows: int
+    finished_at: float = 0.0  # time.time() when its record was written
+
+
+def seed_pace(
+    done: list[ChunkDone], planned: int, started: float, now: float
+) -> tuple[float | None, float | None]:
+    """``(rows/s, ETA in s)`` of a seed from the chunks this run finished (after ``started``),
+    counted from when its first one finished: before that, the time went to the job's start
+    (Spark's, several seconds to minutes) and the first chunk's own reading, which would
+    make the first ETA many times too long. None until two chunks of this run are done."""
+    ran = sorted((d for d in done if d.finished_at >= started), key=lambda d: d.finished_at)
+    if len(ran) < 2:
+        return None, None
+    elapsed = max(now - ran[0].finished_at, 0.001)
+    rate = round(sum(d.rows for d in ran[1:]) / elapsed, 1)
+    left = planned - len(done)
+    return rate, (round(elapsed / (len(ran) - 1) * left, 1) if left > 0 else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +216,9 @@ class SeedRecords:
                     out[index] = known[index]
                     continue
                 body = self.store.read_json(*self.gen_dir(source, generation), name)
-                out[index] = ChunkDone(index, int(body["scn"]), int(body["rows"]))
+                written = info.mtime.timestamp() if info.mtime is not None else 0.0
+                finished = float(body.get("finished_at", written))
+                out[index] = ChunkDone(index, int(body["scn"]), int(body["rows"]), finished)
         return out
 
     def seeded(self, source: str) -> Seeded | None:
@@ -248,23 +268,16 @@ class SeedRecords:
         done = self.done(source, generation, None if seen is None else seen.get(key))
         if seen is not None:
             seen[key] = done
-        rows = sum(d.rows for d in done.values())
         run = self._run(source, generation)
         started = float(run.get("started_at") or plan.get("created_at") or time.time())
-        # this run's own chunks and rows: a resumed seed's earlier ones took no time of it
-        chunks_before, rows_before = int(run.get("chunks_done", 0)), int(run.get("rows_done", 0))
-        elapsed = max(time.time() - started, 0.001)
-        eta = None
-        ran = len(done) - chunks_before
-        if ran > 0 and planned > len(done):
-            eta = round(elapsed / ran * (planned - len(done)), 1)
+        rate, eta = seed_pace(list(done.values()), planned, started, time.time())
         return {
             "generation": generation,
             "state": "seeding",
             "chunks": planned,
             "chunks_done": len(done),
-            "rows": rows,
-            "rows_per_s": round(max(rows - rows_before, 0) / elapsed, 1),
+            "rows": sum(d.rows for d in done.values()),
+            "rows_per_s": rate,
             "started_at": started,
             "eta_s": eta,
         }

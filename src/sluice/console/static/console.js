@@ -41,10 +41,22 @@ function link(url, text) {
 
 // -- formatting ----------------------------------------------------------------------------
 const num = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US"));
-function rate(n) {
+function rate(n, unit) {
   if (n === null || n === undefined) return "–";
-  return `${Number(n).toLocaleString("en-US", { maximumFractionDigits: 1 })}/s`;
+  return `${Number(n).toLocaleString("en-US", { maximumFractionDigits: 1 })} ${unit}/s`;
 }
+// "1 chunk", "2 chunks"
+const plural = (n, word) => `${num(n)} ${word}${Number(n) === 1 ? "" : "s"}`;
+// Why /healthz is not 200: a sink lists its problems, a relay and a bootstrap server say
+// status and error; "unhealthy" alone says nothing the badge does not.
+function healthReason(body, status) {
+  const b = body || {};
+  if (Array.isArray(b.problems) && b.problems.length) return b.problems.join("; ");
+  const said = b.status && b.status !== "unhealthy" ? b.status : null;
+  if (said && b.error && said !== b.error) return `${said}: ${b.error}`;
+  return said || b.error || `HTTP ${status}`;
+}
+const clock = (ms) => new Date(ms).toLocaleTimeString("sv-SE");
 function bytes(n) {
   if (n === null || n === undefined) return "–";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -74,7 +86,7 @@ function bar(fraction, id) {
 }
 
 // The chart: events per second over the last minutes, an SVG polyline (no library).
-function chart(points, id) {
+function chart(points, id, unit) {
   const w = 600, h = 120, pad = 18;
   const box = svg("svg", { class: "chart", viewBox: `0 0 ${w} ${h}`, preserveAspectRatio: "none",
     id, "data-points": points.length, "data-last-t": points.length ? points[points.length - 1][0] : "" });
@@ -88,7 +100,10 @@ function chart(points, id) {
   const line = points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
   box.append(svg("polygon", { class: "area", points: `${x(t0)},${h - pad} ${line} ${x(t1)},${h - pad}` }));
   box.append(svg("polyline", { points: line }));
-  return el("div", {}, box, el("div", { class: "muted" }, `peak ${rate(top)} · ${duration(t1 - t0)} shown`));
+  // the time axis: when the first, middle and last points were (the server's clock, s)
+  const ticks = [t0, (t0 + t1) / 2, t1].map((t) => el("span", { "data-t": Math.round(t) }, clock(t * 1000)));
+  return el("div", {}, box, el("div", { class: "axis", id: id && `${id}-axis` }, ticks),
+    el("div", { class: "muted" }, `peak ${rate(top, unit)} · ${duration(t1 - t0)} shown`));
 }
 
 // -- polling -------------------------------------------------------------------------------
@@ -127,8 +142,7 @@ function reachable(stats, health) {
   state.failingSince = null;
   document.getElementById("banner").hidden = true;
   const healthy = health.status === 200;
-  const problem = health.body && (health.body.status || health.body.error);
-  setStatus(healthy ? "ok" : "unhealthy", healthy ? "healthy" : `unhealthy: ${problem || health.status}`);
+  setStatus(healthy ? "ok" : "unhealthy", healthy ? "healthy" : `unhealthy: ${healthReason(health.body, health.status)}`);
   document.getElementById("role").textContent = stats.role || "?";
   document.getElementById("name").textContent = stats.name || "";
   document.title = `${stats.name || stats.role} · Sluice console`;
@@ -181,9 +195,9 @@ function relayPage(s, health) {
       ["persisted SCN", num((s.persist || {}).persisted_scn)],
     ])),
     section("Throughput", "throughput", false,
-      el("div", { class: "big", id: "rate-now" }, rate(now)),
+      el("div", { class: "big", id: "rate-now" }, rate(now, "events")),
       el("div", { class: "muted" }, "captured events per second, last 10 minutes"),
-      chart(tput, "chart")),
+      chart(tput, "chart", "events")),
     section("Buffer", "buffer", false,
       bar(span.fill, "buffer-fill"),
       facts([
@@ -232,7 +246,7 @@ function relayTables(s, cap) {
       el("td", {}, el("code", {}, source)),
       el("td", { class: isStopped ? "state error" : "state ok", title: stopped[source] || "" },
         isStopped ? `stopped: ${stopped[source]}` : "capturing"),
-      el("td", {}, rate(rates[source] || 0)),
+      el("td", {}, rate(rates[source] || 0, "events")),
       el("td", {}, versions.length ? `v${versions[versions.length - 1]["sluice.version"]} (${versions.length})` : "–"),
       el("td", {}, schemaChanges(versions)));
   });
@@ -264,6 +278,7 @@ function bootstrapPage(s) {
   const fold = s.fold || {};
   return [
     section("Store", "store", false, facts([
+      ["relays", relayLinks(s.relays), "relays"],
       ["store", s.store, "store-uri"],
       ["log", `${num(s.log_start_scn)} → ${num(s.max_scn)}`, "log-range"],
       ["log files", num(s.log_files)],
@@ -282,10 +297,29 @@ function bootstrapPage(s) {
   ];
 }
 
+function relayLinks(relays) {
+  if (!relays || !relays.length) return "not named (bootstrap serve --relay URL links them here)";
+  return el("span", {}, relays.map((r) => el("div", {}, link(`${r.replace(/\/$/, "")}/ui/`, r))));
+}
+
+// Snapshot generations, oldest first, numbered as the store keeps them (older ones are pruned):
+// a store's generation "k" counts only republishes at one SCN, 1 for nearly every snapshot.
 function generationsTable(gens) {
   if (!gens.length) return el("p", { class: "muted" }, "No snapshot yet: the first fold makes one.");
-  return el("table", {}, el("tr", {}, el("th", {}, "SCN"), el("th", {}, "generation"), el("th", {}, "")),
-    gens.map((g) => el("tr", { "data-generation": g.dir }, el("td", {}, num(g.scn)), el("td", {}, g.generation), el("td", {}, g.current ? "served" : ""))));
+  const head = el("tr", {}, ["SCN", "snapshot", "folder", ""].map((h) => el("th", {}, h)));
+  return el("table", { id: "generations-table" }, head, gens.map((g, i) => el("tr", { "data-generation": g.dir },
+    el("td", {}, num(g.scn)),
+    el("td", {}, i === gens.length - 1 ? "newest" : `${gens.length - 1 - i} older`,
+      g.generation > 1 ? ` (republished at the same SCN, #${g.generation})` : ""),
+    el("td", {}, el("code", {}, g.dir)),
+    el("td", {}, g.current ? "served" : ""))));
+}
+
+function seedState(seeded, seeding) {
+  const parts = [];
+  if (seeded) parts.push(`gen ${seeded.generation}: ${num(seeded.rows)} rows in ${plural(seeded.chunks, "chunk")}, ${ago(seeded.finished_at * 1000)}`);
+  if (seeding) parts.push(`gen ${seeding.generation}: ${seeding.state === "planning" ? "planning chunks" : "seeding now"}`);
+  return parts.length ? parts.join("; ") : "not seeded";
 }
 
 function bootstrapTables(tables) {
@@ -296,14 +330,15 @@ function bootstrapTables(tables) {
     let progress = "–";
     if (seeding) {
       const frac = seeding.chunks ? seeding.chunks_done / seeding.chunks : 0;
+      const eta = seeding.eta_s === null || seeding.eta_s === undefined ? "after the first chunks" : duration(seeding.eta_s);
       progress = el("div", {}, bar(frac, null),
         seeding.state === "planning" ? "planning chunks" :
-          `${num(seeding.chunks_done)}/${num(seeding.chunks)} chunks, ${num(seeding.rows)} rows, ${rate(seeding.rows_per_s)}, ETA ${seeding.eta_s === null ? "after the first chunk" : duration(seeding.eta_s)}`);
+          `${num(seeding.chunks_done)}/${plural(seeding.chunks, "chunk")}, ${plural(seeding.rows, "row")}, ${rate(seeding.rows_per_s, "rows")}, ETA ${eta}`);
     }
     const gaps = (t.log || {}).gaps || [];
     return el("tr", { "data-source": source },
       el("td", {}, el("code", {}, source)),
-      el("td", {}, seeded ? `gen ${seeded.generation}: ${num(seeded.rows)} rows in ${num(seeded.chunks)} chunks, ${ago(seeded.finished_at * 1000)}` : "not seeded"),
+      el("td", { class: "seed" }, seedState(seeded, seeding)),
       el("td", { class: "progress" }, progress),
       el("td", {}, num((t.log || {}).first_scn)),
       el("td", { class: gaps.length ? "error" : "" }, gaps.length ? gaps.map((g) => `${num(g[0])}–${num(g[1])}`).join(", ") : "none"),
@@ -329,13 +364,13 @@ function sinkPage(s) {
       ["checkpoint SCN", el("span", { class: "big" }, num(s.checkpoint_scn)), "checkpoint-scn"],
       ["relay's newest SCN", num(s.relay_max_scn)],
       ["lag", `${num(s.lag_scn)} SCN, ${s.lag_s === null ? "–" : duration(s.lag_s)}`, "lag"],
-      ["relays", el("span", {}, (s.relays || []).map((r) => el("div", {}, link(`${r.replace(/\/$/, "")}/ui/`, r))))],
+      ["relays", relayLinks(s.relays)],
       ["relay problem", s.relay_stats_error || "none"],
     ])),
     section("Throughput", "throughput", false,
-      el("div", { class: "big", id: "rate-now" }, rate(s.events_per_s)),
+      el("div", { class: "big", id: "rate-now" }, rate(s.events_per_s, "events")),
       el("div", { class: "muted" }, "events delivered per second, last 10 minutes"),
-      chart(tput, "chart")),
+      chart(tput, "chart", "events")),
     section("Delivery", "delivery", false, facts([
       ["events", num(s.events)],
       ["windows", num(s.windows)],
