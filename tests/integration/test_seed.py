@@ -338,6 +338,7 @@ def test_the_bootstrap_console_shows_the_store_its_seeds_and_folds(
     for source, table in stats["tables"].items():
         seed = table["seeded"]
         row = f'#source-table tr[data-source="{source}"]'
-        assert f"{seed['rows']:,} rows in {seed['chunks']:,} chunks" in text(browser, row)
+        chunks = f"{seed['chunks']:,} chunk" + ("" if seed["chunks"] == 1 else "s")
+        assert f"{seed['rows']:,} rows in {chunks}" in text(browser, row)
     assert text(browser, "#fold-error") == "none"
     shot(browser, tmp_path, "console-bootstrap")
