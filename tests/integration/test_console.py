@@ -248,7 +248,12 @@ def _store_with_seeds(path: Path) -> None:
     now = time.time()
     records.mark_seeded(Seeded(BAD, 1, 90, 90, 7, 1, now - 30))
     gen = records.gen_dir(ORDERS, 1)
-    plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 63}
+    plan: dict[str, Any] = {
+        "schema_version": 1,
+        "chunk_rows": 10,
+        "where": None,
+        "ranges": [{}] * 63,
+    }
     store.write_json({**plan, "created_at": now - 63}, *gen, "_plan.json")
     for index in range(3):
         body = {"scn": 150, "rows": 1000, "finished_at": now - 2 + index}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
@@ -112,7 +113,12 @@ def test_a_seed_in_progress_shows_its_chunks_rows_and_an_eta(store: BootstrapSto
     folder = Path(store.path(*records.gen_dir("db.t", 1)))
     folder.mkdir(parents=True)
     assert records.in_progress("db.t") == {"generation": 1, "state": "planning"}
-    plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 4}
+    plan: dict[str, Any] = {
+        "schema_version": 1,
+        "chunk_rows": 10,
+        "where": None,
+        "ranges": [{}] * 4,
+    }
     now = time.time()
     (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": now - 10}))
     progress = records.in_progress("db.t")
@@ -138,7 +144,12 @@ def test_the_eta_counts_from_the_first_chunk_not_from_the_jobs_start(
     folder = Path(store.path(*records.gen_dir("db.t", 1)))
     folder.mkdir(parents=True)
     now = time.time()
-    plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 100}
+    plan: dict[str, Any] = {
+        "schema_version": 1,
+        "chunk_rows": 10,
+        "where": None,
+        "ranges": [{}] * 100,
+    }
     (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": now - 61}))
     _done(folder, 0, now - 1, rows=1000)
     _done(folder, 1, now, rows=1000)
@@ -154,7 +165,12 @@ def test_a_resumed_seed_counts_its_pace_from_its_own_run(store: BootstrapStore) 
     records = SeedRecords(store)
     folder = Path(store.path(*records.gen_dir("db.t", 1)))
     folder.mkdir(parents=True)
-    plan = {"schema_version": 1, "chunk_rows": 10, "where": None, "ranges": [{}] * 10}
+    plan: dict[str, Any] = {
+        "schema_version": 1,
+        "chunk_rows": 10,
+        "where": None,
+        "ranges": [{}] * 10,
+    }
     (folder / "_plan.json").write_text(json.dumps({**plan, "created_at": time.time() - 3600}))
     for index in range(5):  # done an hour ago, by a run that was killed
         _done(folder, index, time.time() - 3600 + index * 600)
