@@ -6,11 +6,13 @@ import asyncio
 import json
 import logging
 import os
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from sluice.core.requests import HttpProblem
 from sluice.errors import ConfigError
@@ -76,6 +78,57 @@ def quiet_repeated_failures() -> None:
         logger = logging.getLogger(name)
         if not any(isinstance(f, RepeatedFailures) for f in logger.filters):
             logger.addFilter(RepeatedFailures())
+
+
+class _ServerLog(logging.Logger):
+    """``aiohttp.server`` as our servers log it (``AppRunner(logger=SERVER_LOG)``): a request
+    that cannot be parsed (garbage, a bad header, a line too long) is one INFO line, and a
+    client gone while its answer was written a DEBUG one, not aiohttp's ERROR with a
+    traceback: a client's mistake is not the server's (issue 40). Any other exception stays
+    an ERROR with its traceback."""
+
+    def exception(
+        self,
+        msg: object,
+        *args: object,
+        exc_info: Any = True,
+        stack_info: bool = False,
+        stacklevel: int = 1,
+        extra: Mapping[str, object] | None = None,
+    ) -> None:
+        exc = exc_info if isinstance(exc_info, BaseException) else sys.exc_info()[1]
+        if isinstance(exc, HttpProcessingError) and exc.code < 500:
+            self.info("refused a malformed request (%s): %s", _said(msg, args), exc)
+        elif isinstance(exc, ConnectionError):
+            self.debug("a client went away (%s): %r", _said(msg, args), exc)
+        else:
+            super().exception(
+                msg,
+                *args,
+                exc_info=exc_info,
+                stack_info=stack_info,
+                stacklevel=stacklevel + 1,
+                extra=extra,
+            )
+
+
+def _said(msg: object, args: tuple[object, ...]) -> str:
+    try:
+        return str(msg) % args if args else str(msg)
+    except (TypeError, ValueError):
+        return str(msg)
+
+
+def _server_log() -> logging.Logger:
+    """A ``_ServerLog`` named and placed like ``aiohttp.server`` (its handlers and level),
+    without replacing the library's own logger."""
+    logger = _ServerLog("aiohttp.server")
+    logger.parent = logging.getLogger("aiohttp.server")
+    logger.addFilter(RepeatedFailures())
+    return logger
+
+
+SERVER_LOG = _server_log()
 
 
 def metrics_text(prefix: str, metrics: list[tuple[str, str, int | float]]) -> str:

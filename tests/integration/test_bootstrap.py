@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -16,6 +18,7 @@ import pymysql
 import pytest
 
 from sluice.bootstrap import reader as reader_module
+from sluice.bootstrap import server as server_module
 from sluice.bootstrap.fold import fold
 from sluice.bootstrap.job import BootstrapJob, JobConfig
 from sluice.bootstrap.reader import snapshot_rows
@@ -252,6 +255,43 @@ def test_bootstrap_server_admits_max_clients_streams_and_answers_health(
         stats = get_json(server.url + "/stats")
         assert stats["rejected_clients"] == 2 and stats["clients"] == 0
         assert stats["rss_bytes"] > 0
+
+
+def _leave_mid_answer(port: int, target: str) -> None:
+    """Ask with a tiny receive buffer, read the status line, and go (a reset)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert sock.recv(12).startswith(b"HTTP/1.1 200")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_a_reader_that_leaves_mid_answer_is_not_an_error(
+    pipeline: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40: a client gone mid-/snapshot or mid-/stream was logged as an ERROR with a
+    traceback (``ClientConnectionResetError: Cannot write to closing transport``)."""
+    monkeypatch.setattr(server_module, "_CHUNK", 512)  # many writes, so some meet the reset
+    caplog.set_level(logging.DEBUG, logger="sluice.bootstrap.server")
+    store = str(pipeline["store"].uri)
+    with ServiceThread(BootstrapServer(store, port=0)) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        source = pipeline["source"]
+        targets = (
+            f"/snapshot?format=json&sources={source}",
+            "/snapshot",
+            f"/stream?since_scn={pipeline['start']}&format=json",
+        )
+        for target in targets * 5:  # the reset meets a write, or a read (a cancel)
+            _leave_mid_answer(port, target)
+        wait_for(lambda: get_json(server.url + "/stats")["clients"] == 0, 30, "the answers to end")
+        assert http_status(server.url + "/healthz")[0] == 200
+    gone = [r for r in caplog.records if "the client went away" in r.getMessage()]
+    assert all(r.levelno == logging.DEBUG for r in gone)
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud]
 
 
 def test_spark_source_reads_snapshot_then_log(

@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import os
+import re
 import socket
 import subprocess
 import urllib.error
@@ -343,3 +345,43 @@ def test_operator_endpoints_answer_while_200_filtered_clients_catch_up(
     finally:
         relay.stop()
         conn.close()
+
+
+def _answer(port: int, data: bytes) -> bytes:
+    """What the server answers to ``data`` before it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_malformed_requests_are_an_info_line_not_an_error(
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40: aiohttp logged ``ERROR aiohttp.server: Error handling request`` with a
+    traceback for each; a client's mistake is a 400 and one INFO line."""
+    caplog.set_level(logging.INFO)
+    conn = mariadb.connect(database)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE t (id INT PRIMARY KEY)")
+    with RelayThread(relay_config(mariadb, [f"{database}.t"], tmp_path / "r")) as relay:
+        port = relay.relay.port
+        for garbage in (
+            b"GET /stats HTTP/1.1\r\nno colon here\r\n\r\n",
+            b"GET /stats HTTP/9.9\r\nHost: x\r\n\r\n",
+            b"GET /" + b"x" * 20000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET /stats HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
+            # a good request, then garbage on the same connection
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\x00\x01\x02 garbage\r\n\r\n",
+        ):
+            answer = _answer(port, garbage)
+            statuses = re.findall(rb"HTTP/1\.[01] (\d{3}) ", answer)
+            assert statuses[-1:] == [b"400"], (garbage[:60], answer[:200])
+        assert _status(relay.url + "/healthz")[0] == 200
+    conn.close()
+    refused = [r for r in caplog.records if "refused a malformed request" in r.getMessage()]
+    assert len(refused) >= 3 and all(r.levelno == logging.INFO for r in refused)
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud]

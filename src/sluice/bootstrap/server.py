@@ -35,6 +35,7 @@ from sluice.core.requests import (
 from sluice.schemas.events import decode_window
 from sluice.web import (
     BINARY_TYPE,
+    SERVER_LOG,
     errors_as_json,
     json_response,
     metrics_text,
@@ -98,6 +99,7 @@ class BootstrapServer(AsyncComponent):
         self._runner = web.AppRunner(
             app,
             access_log=None,
+            logger=SERVER_LOG,  # a client's mistake is an INFO line (web.py)
             handle_signals=False,
             handler_cancellation=True,
             shutdown_timeout=5,
@@ -354,11 +356,16 @@ class BootstrapServer(AsyncComponent):
         )
         await response.prepare(request)
         done = False
-        while not done:
-            chunk, done = await asyncio.to_thread(_next_chunk, frames, as_json, self)
-            if chunk:
-                await response.write(chunk)
-        await response.write_eof()
+        try:
+            while not done:
+                chunk, done = await asyncio.to_thread(_next_chunk, frames, as_json, self)
+                if chunk:
+                    await response.write(chunk)
+            await response.write_eof()
+        except ConnectionError as exc:  # the client went away: its business, not an error
+            log.debug("%s: the client went away (%s)", request.path_qs[:200], exc)
+            if request.transport is not None:
+                request.transport.abort()
         return response
 
 

@@ -32,7 +32,7 @@ from sluice.relay.store import STATE_FILE, BufferStore
 from sluice.relay.turns import Turns
 from sluice.relay.windows import OpenWindow, WindowFiles
 from sluice.schemas import SchemaRegistry
-from sluice.web import start_site
+from sluice.web import SERVER_LOG, start_site
 
 log = logging.getLogger(__name__)
 # Failures a background task retries: they pass when the disk or the descriptors free up.
@@ -244,6 +244,7 @@ class Relay(Observed, AsyncComponent):
         runner = self._runner = web.AppRunner(
             make_app(self),
             access_log=None,
+            logger=SERVER_LOG,  # a client's mistake is an INFO line (web.py)
             handle_signals=False,
             handler_cancellation=True,
             shutdown_timeout=5,
