@@ -4,19 +4,28 @@ every valid window (issue 11)."""
 from __future__ import annotations
 
 import json
+import os
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pymysql
 
-from sluice.relay.store import STATE_FILE
-from sluice.testing import PrivateMariaDB, RelayThread, ReplicaConsumer
+from sluice.relay.store import BUFFER_FILE, STATE_FILE
+from sluice.testing import (
+    PrivateMariaDB,
+    RecordingConsumer,
+    RelayProcess,
+    RelayThread,
+    ReplicaConsumer,
+)
 from tests.integration.support import (
     assert_replica_equals,
     consume,
     get_json,
     relay_config,
     run_sluice,
+    wait_for,
     wait_relay_caught_up,
 )
 
@@ -101,3 +110,58 @@ def test_a_missing_or_altered_schema_file_is_refused_at_start(
         replica = ReplicaConsumer()
         consume(relay.url, replica, since_scn=get_json(relay.url + "/stats")["min_scn"])
     assert_replica_equals(replica, conn, [source])
+
+
+def test_a_buffer_file_truncated_to_0_bytes_is_a_logged_drop(
+    mariadb: PrivateMariaDB, database: str, conn: pymysql.Connection[Any], tmp_path: Path
+) -> None:
+    """Issue 40: an ``events.buf`` truncated to 0 bytes (a crash on a full disk) stopped the
+    relay with a bare ``ValueError: cannot mmap an empty file``. Its history is dropped with a
+    WARNING saying why, shown in /stats, and capture resumes after the persisted SCN."""
+    source = f"{database}.kv"
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE kv (k INT PRIMARY KEY, v INT)")
+    data = tmp_path / "relay"
+    args = ["--source", mariadb.url, "--table", source, "--port", "0", "--data-dir", str(data)]
+    relay = RelayProcess(args, tmp_path / "relay.log").start()
+    try:
+        with conn.cursor() as cur:
+            for k in range(20):
+                cur.execute("INSERT INTO kv VALUES (%s, %s)", (k, k))
+        wait_relay_caught_up(relay.url, conn)
+        wait_for(
+            lambda: (
+                get_json(relay.url + "/stats")["persist"]["persisted_scn"]
+                == get_json(relay.url + "/stats")["max_scn"]
+            ),
+            30,
+            "the state saved",
+        )
+        before = get_json(relay.url + "/stats")
+    finally:
+        relay.stop()
+    os.truncate(data / BUFFER_FILE, 0)
+    relay = RelayProcess(args, tmp_path / "relay.log").start()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("INSERT INTO kv VALUES (100, 100)")
+        wait_relay_caught_up(relay.url, conn)
+        after = get_json(relay.url + "/stats")
+        assert "0 bytes long, too short to be a buffer" in after["buffer_lost"]
+        assert after["min_scn"] == before["max_scn"] and after["windows"] == 1
+        assert "sluice_relay_buffer_lost 1" in _text(relay.url + "/metrics")
+        recorded = RecordingConsumer()
+        consume(relay.url, recorded, since_scn=after["min_scn"])
+        assert [e.key for e in recorded.events] == [{"k": 100}]
+    finally:
+        relay.stop()
+    log = (tmp_path / "relay.log").read_text()
+    warning = [line for line in log.splitlines() if "too short to be a buffer" in line]
+    assert len(warning) == 1 and "WARNING" in warning[0], warning
+    assert "its windows are dropped" in warning[0]
+    assert "Traceback" not in log and "ValueError" not in log
+
+
+def _text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return str(resp.read().decode())

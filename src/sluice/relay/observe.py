@@ -81,6 +81,8 @@ class Observed:
             "buffer_capacity": buffer.capacity,
             # a restart with another buffer size: what moved over to the new one
             "resized": self._resized(),
+            # the buffer file was damaged or truncated at start: why its history was dropped
+            "buffer_lost": self._store.lost if self._store else None,
             # windows too big for the buffer, held in files beside it (relay/windows.py)
             "window_files": {
                 "windows": buffer.external_count,
@@ -189,6 +191,7 @@ class Observed:
             ("buffer_bytes", "gauge", s["bytes"]),
             ("buffer_capacity_bytes", "gauge", s["buffer_capacity"]),
             ("resize_dropped_windows", "gauge", (s["resized"] or {}).get("dropped_windows", 0)),
+            ("buffer_lost", "gauge", int(s["buffer_lost"] is not None)),
             ("window_files", "gauge", s["window_files"]["windows"]),
             ("window_files_bytes", "gauge", s["window_files"]["bytes"]),
             ("window_files_limit_bytes", "gauge", s["window_files"]["limit"]),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.core import wire
-from sluice.core.buffer import EventBuffer
+from sluice.core.buffer import FILE_HEADER_SIZE, MIN_DATA_SIZE, EventBuffer
 from sluice.errors import ConfigError, SchemaError
 from sluice.files import write_atomically
 from sluice.schemas import SchemaRegistry
@@ -130,13 +130,28 @@ class BufferStore:
         self.buffer = EventBuffer(self._mmap)
         # a restart with another --buffer-size: (old size, windows kept, windows dropped)
         self.resized: tuple[int, int, int] | None = None
-        if old.is_file():  # (again, if a restart cut the move short)
+        # why the buffer file's history was dropped at start (/stats ``buffer_lost``)
+        self.lost: str | None = None
+        if old.is_file() and old.stat().st_size < FILE_HEADER_SIZE + MIN_DATA_SIZE:
+            # truncated, e.g. to 0 bytes by a crash on a full disk: no window to move over
+            self.lost = f"{path} was {old.stat().st_size} bytes long, too short to be a buffer"
+            old.unlink()
+            existed = False
+        elif old.is_file():  # (again, if a restart cut the move short)
             self.resized = _move_windows(old, self.buffer)
             self._sync()
             existed = self.resized[1] > 0
         self.restored = existed and self.buffer.restore()
         if existed and not self.restored:
-            log.warning("event buffer file %s is not valid; starting a new one", path)
+            self.lost = f"{path} is not a valid event buffer"
+        if self.lost is not None:
+            log.warning(
+                "%s: its windows are dropped and a new buffer starts; capture resumes after "
+                "the SCN in %s (or at the source's end without one), and clients older than "
+                "that need a bootstrap",
+                self.lost,
+                STATE_FILE,
+            )
         if self.restored and self.buffer.dropped is not None:
             count, oldest, newest = self.buffer.dropped
             log.warning(
