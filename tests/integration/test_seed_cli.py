@@ -98,16 +98,31 @@ def test_seed_killed_midway_resumes_with_the_missing_chunks_only(
     conn.close()
 
 
+@pytest.mark.parametrize("group", [False, True], ids=["process", "process-group"])
 def test_sigterm_stops_a_seed_with_one_line_and_it_resumes(
-    mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str
+    mariadb: PrivateMariaDB, database: str, tmp_path: Path, reader_url: str, group: bool
 ) -> None:
+    """SIGTERM to the seed's process, or to its whole process group as systemd sends it (its
+    Spark JVM then stops at once too: stopping the session finds it gone)."""
     conn, source, store, args, gen = _seed_setup(mariadb, database, tmp_path, reader_url, 500)
     seed = subprocess.Popen(
-        [*SLUICE, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*SLUICE, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
-    wait_for(lambda: len(list(gen.glob("_done-*.json"))) >= 2, 120, "two chunks done")
-    seed.send_signal(signal.SIGTERM)
-    _out, err = seed.communicate(timeout=120)
+    try:
+        wait_for(lambda: len(list(gen.glob("_done-*.json"))) >= 2, 120, "two chunks done")
+        if group:
+            os.killpg(seed.pid, signal.SIGTERM)
+        else:
+            seed.send_signal(signal.SIGTERM)
+        _out, err = seed.communicate(timeout=120)
+    finally:
+        if seed.poll() is None:
+            os.killpg(seed.pid, signal.SIGKILL)
+            seed.communicate(timeout=30)
     assert seed.returncode == 130, err
     assert [line for line in err.splitlines() if line.startswith("sluice:")] == [
         "sluice: stopped: seed stopped by a signal; what it finished is kept: run it again "

@@ -96,7 +96,22 @@ def spark_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(os.environ.get("SLUICE_SPARK_LOG_LEVEL", "ERROR"))
+    _quiet_accumulator_server(session.sparkContext)
     return session
+
+
+def _quiet_accumulator_server(context: Any) -> None:
+    """PySpark's accumulator server (a thread of this process that Spark's JVM reports
+    to) prints a traceback on stderr when the JVM goes away mid-connection, as when SIGTERM
+    reaches the whole process group: it is logged at DEBUG instead. A failure that matters
+    reaches the caller through Py4J anyway."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+
+        def handle_error(_request: object, address: object) -> None:
+            log.debug("Spark's accumulator connection from %s failed", address, exc_info=True)
+
+        server.handle_error = handle_error
 
 
 # Settings a session may change at run time: the only ones a Spark Connect client can set.

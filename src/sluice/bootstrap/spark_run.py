@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import warnings
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
@@ -59,4 +60,19 @@ def run_spark_command(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if spark is not None:
+            stop_session(spark, stopping=stopping.is_set())
+
+
+def stop_session(spark: Any, *, stopping: bool) -> None:
+    """``spark.stop()``. When a signal stops the command, Spark's JVM may be gone already:
+    SIGTERM to the whole process group (systemd's stop) reaches it too. There is nothing left
+    to stop then, and Py4J's failure to reach it is not the user's news."""
+    if not stopping:
+        spark.stop()
+        return
+    try:
+        with warnings.catch_warnings():  # pyspark warns it could not stop a JVM that is gone
+            warnings.simplefilter("ignore")
             spark.stop()
+    except Exception as exc:
+        log.debug("Spark's session could not be stopped (its JVM stopped first): %s", exc)

@@ -25,6 +25,17 @@ def _setup_logging(verbose: int) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger().addFilter(_py4j_noise)
+
+
+def _py4j_noise(record: logging.LogRecord) -> bool:
+    """Py4J logs a call Spark's JVM did not answer as an ERROR with a traceback, on the root
+    logger: the JVM stopped (SIGTERM to the whole process group reaches it too) or died. The
+    caller gets the failure as well, and says it in one sentence; the traceback shows at
+    debug level (-vv) only."""
+    if f"{os.sep}py4j{os.sep}" not in record.pathname:
+        return True
+    return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
 class _Parser(argparse.ArgumentParser):
