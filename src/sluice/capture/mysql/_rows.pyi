@@ -5,7 +5,7 @@ class Program:
     def __init__(
         self,
         columns: tuple[tuple[Any, ...], ...],
-        key: tuple[tuple[int, bytes, bool], ...],
+        key: tuple[tuple[int, bytes], ...],
         source: bytes,
         version: int,
     ) -> None: ...

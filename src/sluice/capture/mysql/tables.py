@@ -10,7 +10,7 @@ from sluice.capture.mysql.binlog import constants as t
 from sluice.capture.mysql.binlog.reader import Reader
 from sluice.capture.mysql.binlog.tablemap import BinlogColumn, TableMap
 from sluice.capture.mysql.binlog.values import make_decoder
-from sluice.capture.mysql.fastrows import DELETE, UPDATE, WRITE, program
+from sluice.capture.mysql.fastrows import DELETE, UPDATE, WRITE, program, python_columns
 from sluice.capture.mysql.metadata import ColumnInfo
 from sluice.capture.mysql.transcode import ColumnPlan, build_transcoder
 from sluice.core import wire
@@ -118,6 +118,8 @@ class TableDecoder:
         # else ``python_why`` says why this table keeps the Python path.
         choice = program(plans, table_map.primary_key, self._source, self.version)
         self._program, self.python_why = choice.program, choice.why
+        # Columns the compiled path reads through their Python decoder (rare forms).
+        self.python_columns = python_columns(plans, table_map.primary_key) if choice.program else []
 
     def _rows(self, event_type: int, body: bytes) -> tuple[int, int]:
         """Check a rows event's header; returns (images per row, offset of the first row)."""

@@ -137,7 +137,7 @@ class _Generator:
             signed = not col.unsigned
             read = f"int.from_bytes(data[pos : pos + 3], 'little', signed={signed})"
             return [f"w{i} = {read}; pos += 3", *self._long_from(i)]
-        if ct == t.T_DOUBLE:
+        if ct == t.T_DOUBLE and not in_key:  # a key needs its value: the fallback below
             return [f"@0 = {self._branch(p)}; @1 = data[pos : pos + 8]; pos += 8"]
         if ct in _TEXT_TYPES and copyable(p) and not (in_key and p.codec is None):
             return self._copy(i, p, in_key)
