@@ -28,6 +28,7 @@ from tests.integration.sink_support import (
     SOURCE_TABLES,
     SinkProcess,
     newest_window,
+    relay_events,
     run_with_kills,
     workload,
 )
@@ -250,7 +251,7 @@ def test_a_wrong_postgresql_password_is_one_line_and_exit_2(
 ) -> None:
     """A replica target that refuses the login is a mistake to fix, not an outage to wait out
     (it was retried forever, as a server that went away)."""
-    import psycopg2  # noqa: PLC0415
+    import psycopg2
 
     user = "sluice_pw"
     hba = postgres.data / "pg_hba.conf"
@@ -342,6 +343,55 @@ def test_postgresql_to_mariadb(
         have = {k: _normal(v) for k, v in mine[key].items()}
         want = {k: _normal(v) for k, v in row.items()}
         assert have == want, key
+    src.close()
+
+
+def test_postgresql_infinities_reach_a_postgresql_replica_and_stop_a_mariadb_one(
+    postgres: PrivatePostgres, pg_database: str, mariadb: PrivateMariaDB, tmp_path: Path
+) -> None:
+    """``infinity`` and ``-infinity`` dates and timestamps are copied as they are (the row path
+    and the bulk path of a 100-row window alike); a MariaDB replica, which has no such value,
+    stops with one line naming the fix instead of storing another value."""
+    src = postgres.connect(pg_database)
+    src.autocommit = True
+    with src.cursor() as cur:
+        cur.execute("CREATE TABLE span (id int PRIMARY KEY, d date, t timestamp, tz timestamptz)")
+    relay_cfg = RelayConfig(
+        source=postgres.source_url(pg_database), tables=["public.span"],
+        data_dir=tmp_path / "relay", port=0,
+    )  # fmt: skip
+    values = ["infinity", "-infinity", None, "2024-02-29 10:00:00.25"]
+    with RelayThread(relay_cfg) as relay:
+        with src.cursor() as cur:
+            cur.execute("INSERT INTO span VALUES (1, 'infinity', '-infinity', 'infinity')")
+            rows = [
+                (i, values[i % 4], values[(i + 1) % 4], values[(i + 2) % 4]) for i in range(2, 102)
+            ]
+            cur.execute("BEGIN")
+            cur.executemany("INSERT INTO span VALUES (%s, %s::date, %s, %s)", rows)
+            cur.execute("COMMIT")
+        wait_for(lambda: len(relay_events(relay.url, ["public.span"])) == 101, 60, "101 events")
+        replica = Replica("postgresql", tmp_path, mariadb, postgres)
+        ok = run_sluice(
+            "sink", "--to", replica.url, "--relay", relay.url, "--port", "0", "--until-caught-up"
+        )
+        assert ok.returncode == 0, ok.stderr
+        text = "SELECT id, d::text, t::text, tz::text FROM span ORDER BY id"
+        with src.cursor() as cur:
+            cur.execute(text)
+            truth = cur.fetchall()
+        dst = postgres.connect(replica.name)
+        with dst.cursor() as cur:
+            cur.execute(text)
+            assert cur.fetchall() == truth and len(truth) == 101
+        dst.close()
+        other = Replica("mariadb", tmp_path / "m", mariadb, postgres)
+        refused = run_sluice(
+            "sink", "--to", other.url, "--relay", relay.url, "--port", "0", "--until-caught-up"
+        )
+        assert refused.returncode == 1, refused.stderr
+        lines = [line for line in refused.stderr.splitlines() if line.startswith("sluice: error")]
+        assert len(lines) == 1 and "infinity" in lines[0] and "--exclude-column" in lines[0]
     src.close()
 
 

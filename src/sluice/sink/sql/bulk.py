@@ -19,7 +19,7 @@ from sluice.schemas.arrow_decoder import ArrowDecoder, Images
 from sluice.schemas.avro import TableSchema
 from sluice.schemas.columns import Column
 from sluice.sink.columnar import Columnar, TablePart
-from sluice.sink.sql.engines import Convert, Engine, same
+from sluice.sink.sql.engines import INFINITE_DAYS, INFINITE_MICROS, Convert, Engine, same
 
 
 @dataclass
@@ -141,13 +141,27 @@ def _params(
     for col, arr in zip(columns, arrays, strict=True):
         convert: Convert = engine.converter(col)
         arrow = engine.arrow_type(col)
-        if arrow is not None:
+        if arrow is not None and not _infinite(arr, arrow):
             values.append(_cast(arr, arrow).to_pylist())
         elif convert is same:
             values.append(arr.to_pylist())
         else:
             values.append([None if v is None else convert(v) for v in arr.to_pylist()])
     return list(zip(*values, strict=True))
+
+
+def _infinite(arr: pa.Array, arrow: pa.DataType) -> bool:
+    """Does a date or timestamp column hold PostgreSQL's infinities (the converter's work:
+    Arrow would overflow Python's dates)?"""
+    if not (pa.types.is_date32(arrow) or pa.types.is_timestamp(arrow)) or len(arr) == 0:
+        return False
+    bounds = pc.min_max(arr.cast(pa.int64()))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    if low is None:
+        return False
+    if pa.types.is_date32(arrow):
+        return bool(low in INFINITE_DAYS or high in INFINITE_DAYS)
+    return bool(low in INFINITE_MICROS or high in INFINITE_MICROS)
 
 
 def _cast(arr: pa.Array, arrow: pa.DataType) -> pa.Array:

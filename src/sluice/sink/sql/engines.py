@@ -14,23 +14,62 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.schemas.columns import KIND, Column
+from sluice.errors import SluiceError
+from sluice.schemas.columns import (
+    DATE_INFINITY,
+    DATE_MINUS_INFINITY,
+    KIND,
+    MICROS_INFINITY,
+    MICROS_MINUS_INFINITY,
+    Column,
+)
 
 Convert = Callable[[Any], Any]
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_DATE = dt.date(1970, 1, 1)
 
 
+class Unstorable(SluiceError):
+    """A value the target's column type cannot hold (PostgreSQL's infinite dates and
+    timestamps in MariaDB): the sink stops and says so rather than store another value."""
+
+
+# PostgreSQL's infinite dates and timestamps (capture keeps them as these sentinels)
+INFINITE_DAYS = {DATE_INFINITY: "infinity", DATE_MINUS_INFINITY: "-infinity"}
+INFINITE_MICROS = {MICROS_INFINITY: "infinity", MICROS_MINUS_INFINITY: "-infinity"}
+
+
+_FIX = " (leave the column out with --exclude-column, or its rows with --filter)"
+
+
 def _date(days: int) -> dt.date:
+    if days in INFINITE_DAYS:
+        raise Unstorable(f"an {INFINITE_DAYS[days]} date has no DATE value in this target{_FIX}")
     return _EPOCH_DATE + dt.timedelta(days=days)
 
 
 def _datetime(micros: int) -> dt.datetime:
+    if micros in INFINITE_MICROS:
+        raise Unstorable(
+            f"an {INFINITE_MICROS[micros]} timestamp has no DATETIME value in this target{_FIX}"
+        )
     return _EPOCH + dt.timedelta(microseconds=micros)
 
 
 def _timestamp(micros: int) -> dt.datetime:
     return _datetime(micros).replace(tzinfo=dt.UTC)
+
+
+def _pg_date(days: int) -> dt.date | str:
+    return INFINITE_DAYS.get(days) or _date(days)  # PostgreSQL takes 'infinity' as it is
+
+
+def _pg_datetime(micros: int) -> dt.datetime | str:
+    return INFINITE_MICROS.get(micros) or _datetime(micros)
+
+
+def _pg_timestamp(micros: int) -> dt.datetime | str:
+    return INFINITE_MICROS.get(micros) or _timestamp(micros)
 
 
 def _interval(micros: int) -> dt.timedelta:
@@ -173,9 +212,9 @@ _PG_TYPES = {
 _PG_CONVERT: dict[str, Convert] = {
     "bool": bool,
     "time": _interval,
-    "date": _date,
-    "datetime": _datetime,
-    "timestamp": _timestamp,
+    "date": _pg_date,
+    "datetime": _pg_datetime,
+    "timestamp": _pg_timestamp,
 }
 
 
