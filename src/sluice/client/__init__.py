@@ -1,7 +1,8 @@
 """The client library: pull windows from relays, call consumer code, keep the checkpoint."""
 
 from sluice.client.checkpoints import CheckpointStore, FileCheckpointStore, MemoryCheckpointStore
-from sluice.client.client import AsyncClient, Client, ClientConfig, RetryPolicy
+from sluice.client.client import AsyncClient
+from sluice.client.config import ClientConfig, RetryPolicy
 from sluice.client.consumer import (
     BaseConsumer,
     Consumer,
@@ -10,6 +11,7 @@ from sluice.client.consumer import (
     RecordConsumer,
     RecordWindow,
 )
+from sluice.client.threaded import Client
 
 __all__ = [
     "AsyncClient",

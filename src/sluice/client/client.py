@@ -13,15 +13,15 @@ import asyncio
 import contextlib
 import inspect
 import logging
-import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, cast
 
 import aiohttp
 
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
+from sluice.client.config import ClientConfig
 from sluice.client.consumer import (
     Consumer,
     ConsumerFailed,
@@ -29,13 +29,13 @@ from sluice.client.consumer import (
     RecordConsumer,
     RecordWindow,
 )
-from sluice.client.transport import RelayConnection, check_relay_url
+from sluice.client.transport import RelayConnection
 from sluice.core.checkpoint import CatchUp, Checkpoint, Online, Snapshot
 from sluice.core.event import JsonWindow, Window
 from sluice.core.pieces import Piece
 from sluice.core.requests import CLIENT_HEADER, CONSOLE_HEADER
 from sluice.core.wire import Heartbeat, decode_events, event_spans, read_window_header
-from sluice.errors import BootstrapRequired, ConfigError, RelayUnavailable, SluiceError
+from sluice.errors import BootstrapRequired, RelayUnavailable, SluiceError
 from sluice.schemas import RowCodec, SchemaRegistry
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.events import decode_window, window_json
@@ -52,54 +52,6 @@ PIECE_BYTES = 8 << 20
 
 class _Again(Exception):
     """A piece of a big window failed: read the window again from its start."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Backoff for a failing consumer window and for unreachable relays."""
-
-    initial_s: float = 0.1
-    max_s: float = 5.0
-    max_window_attempts: int = 10  # then ConsumerFailed; the checkpoint stays put
-    give_up_after_s: float | None = None  # no relay answering this long: RelayUnavailable
-    # An outage's retry lines are INFO until it has lasted this long, WARNING after: a relay
-    # restart, or a give-up sooner than this, shows only its outcome (the give-up's error).
-    warn_after_s: float = 10.0
-
-    def outage_level(self, lasted_s: float) -> int:
-        """The log level of a retry when no relay has answered for ``lasted_s``."""
-        return logging.WARNING if lasted_s >= self.warn_after_s else logging.INFO
-
-    def delay(self, attempt: int) -> float:
-        # the exponent is capped: 2 ** 1100 no longer converts to a float (a client retrying
-        # an unreachable relay for hours got there)
-        return float(min(self.max_s, self.initial_s * (2 ** min(max(attempt - 1, 0), 60))))
-
-
-@dataclass(frozen=True, slots=True)
-class ClientConfig:
-    relays: tuple[str, ...]
-    sources: tuple[str, ...] = ()
-    partition: str | None = None
-    since_scn: int | None = None  # without a checkpoint; None: the oldest SCN the relay holds
-    bootstrap: str | None = None  # a bootstrap server: snapshot + catch-up when behind
-    poll_timeout_ms: int = 10_000
-    checkpoint_interval_s: float = 0.1  # saves are batched; replays stay at-least-once
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # A JsonConsumer gets Debezium envelopes instead of Sluice's JSON: Debezium's options
-    # (``decimal.handling.mode``...), possibly none
-    debezium: tuple[tuple[str, str], ...] | None = None
-    # Who this client is, told to relays (their console lists it and links to ``console``)
-    name: str | None = None
-    console: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.relays:
-            raise ConfigError("give at least one relay URL")
-        if self.debezium is not None:
-            DebeziumOptions.parse(dict(self.debezium))
-        for url in (*self.relays, *([self.bootstrap] if self.bootstrap else [])):
-            check_relay_url(url)
 
 
 async def _call(result: Any) -> None:
@@ -543,52 +495,6 @@ def _count(window: Delivered) -> int:
     if isinstance(window, RecordWindow):
         return read_window_header(window.record).n_events
     return len(window.events)
-
-
-class Client:
-    """The same client for plain threads: ``run()`` blocks; ``stop()`` from any thread."""
-
-    def __init__(
-        self,
-        config: ClientConfig,
-        consumer: AnyConsumer,
-        store: CheckpointStore | None = None,
-    ) -> None:
-        self._async = AsyncClient(config, consumer, store)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._thread_id = 0
-
-    @property
-    def scn(self) -> int:
-        return self._async.scn
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        return self._async.checkpoint
-
-    def run(self, *, until_caught_up: bool = False) -> int:
-        async def main() -> int:
-            self._loop = asyncio.get_running_loop()
-            self._thread_id = threading.get_ident()
-            self._ready.set()
-            return await self._async.run(until_caught_up=until_caught_up)
-
-        try:
-            return asyncio.run(main())
-        finally:
-            self._loop = None
-
-    def stop(self) -> None:
-        """Stop after the current window; from any thread, or from a consumer hook."""
-        self._ready.wait(timeout=10)
-        loop = self._loop
-        if loop is None:
-            return
-        if self._thread_id == threading.get_ident():
-            self._async.stop()  # inside a hook: take effect before the next window
-        else:
-            loop.call_soon_threadsafe(self._async.stop)
 
 
 def _current() -> asyncio.Task[Any] | None:
