@@ -30,22 +30,44 @@ ROW_SQL = (
     "SELECT seq + {off}, seq, seq * 7, CONCAT('name-', seq), REPEAT('x', 40), seq / 100, "
     "seq * 1.5, '2024-01-02 03:04:05', '2024-01-02', seq % 100, 'some text' FROM seq_1_to_{n}"
 )
+# An ordinary application table (issue 40): Laravel's default key (BIGINT UNSIGNED
+# AUTO_INCREMENT), a SET and a TIME(6) (negative and past 24 h), an unsigned 64-bit value
+# above 2^63: before, such a table fell to the Python transcoder.
+APP_DDL = (
+    "CREATE TABLE bench.t (id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, a INT, "
+    "b BIGINT UNSIGNED, c VARCHAR(32), d VARCHAR(64), e DECIMAL(10,2), "
+    "tags SET('new','sale','gift','featured'), opens TIME(6), g DATETIME, h DATE, j TEXT)"
+)
+APP_ROW_SQL = (
+    "SELECT seq + {off}, seq, seq * 7 + 9223372036854775808, CONCAT('name-', seq), "
+    "REPEAT('x', 40), seq / 100, ELT(seq % 4 + 1, '', 'new', 'new,sale', 'gift,featured'), "
+    "SEC_TO_TIME(seq % 200000 - 100000 + 0.654321), '2024-01-02 03:04:05', '2024-01-02', "
+    "'some text' FROM seq_1_to_{n}"
+)
 
 
-def _load(db: PrivateMariaDB, rows: int, per_txn: int, update: bool = False) -> tuple[int, int]:
+def _load(
+    db: PrivateMariaDB,
+    rows: int,
+    per_txn: int,
+    update: bool = False,
+    table: tuple[str, str] = (DDL, ROW_SQL),
+) -> tuple[int, int]:
     """Write the workload; returns the SCN range holding it. ``update``: insert the rows
-    first (outside the range), then update them all, ``per_txn`` rows per transaction."""
+    first (outside the range), then update them all, ``per_txn`` rows per transaction.
+    ``table``: its DDL and the SELECT of its rows."""
+    ddl, row_sql = table
     conn = db.connect("bench")
     cur = conn.cursor()
     cur.execute("DROP TABLE IF EXISTS bench.t")
-    cur.execute(DDL)
+    cur.execute(ddl)
     start = end_scn(conn)
     if per_txn == 1:
         for i in range(rows):
-            cur.execute("INSERT INTO bench.t " + ROW_SQL.format(off=i, n=1))
+            cur.execute("INSERT INTO bench.t " + row_sql.format(off=i, n=1))
     else:
         for off in range(0, rows, per_txn):
-            cur.execute("INSERT INTO bench.t " + ROW_SQL.format(off=off, n=per_txn))
+            cur.execute("INSERT INTO bench.t " + row_sql.format(off=off, n=per_txn))
     if update:
         start = end_scn(conn)
         for off in range(0, rows, per_txn):
@@ -153,16 +175,26 @@ def _mariadb_binlog(db: PrivateMariaDB, start: int, stop: int) -> tuple[int, flo
     return -1, time.perf_counter() - began
 
 
-def run(rows: int = 100_000, single: int = 5_000, repeat: int = 3) -> dict[str, Any]:
+WORKLOADS = (  # name, rows per transaction (1: ``single`` rows, else ``rows``), update, table
+    ("insert_1000_per_txn", 1000, False, (DDL, ROW_SQL)),
+    ("update_1000_per_txn", 1000, True, (DDL, ROW_SQL)),
+    ("insert_1_per_txn", 1, False, (DDL, ROW_SQL)),
+    ("insert_1000_per_txn_uint64_key_set_time6", 1000, False, (APP_DDL, APP_ROW_SQL)),
+)
+
+
+def run(
+    rows: int = 100_000, single: int = 5_000, repeat: int = 3, only: str | None = None
+) -> dict[str, Any]:
+    """``only``: run just that workload (``python -m benchmarks.capture NAME [ROWS]``)."""
     results: dict[str, Any] = {}
     with PrivateMariaDB() as db:
         db.connect().cursor().execute("CREATE DATABASE bench")
-        for name, n, per_txn, update in (
-            ("insert_1000_per_txn", rows, 1000, False),
-            ("update_1000_per_txn", rows, 1000, True),
-            ("insert_1_per_txn", single, 1, False),
-        ):
-            start, stop = _load(db, n, per_txn, update)
+        for name, per_txn, update, ddl in WORKLOADS:
+            if only is not None and name != only:
+                continue
+            n = single if per_txn == 1 else rows
+            start, stop = _load(db, n, per_txn, update, ddl)
             readers = {
                 "sluice": relay_catch_up,
                 "sluice capture thread": _sluice,
@@ -229,5 +261,12 @@ def run(rows: int = 100_000, single: int = 5_000, repeat: int = 3) -> dict[str, 
             ]
         )
     )
-    print("wrote", write_results("capture", results))
+    if only is None:
+        print("wrote", write_results("capture", results))
     return results
+
+
+if __name__ == "__main__":
+    import sys
+
+    run(int(sys.argv[2]) if len(sys.argv) > 2 else 100_000, repeat=1, only=sys.argv[1])

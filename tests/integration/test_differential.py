@@ -292,20 +292,52 @@ def test_keys_of_every_kind_match_the_value_path(
     assert ops.count("d") == 12 + 15 and "dc" * 12 in ops  # key changes: delete + insert
 
 
-# The columns of ALL_TYPES_DDL the compiled transcoder reads (fastrows.py): a table of only
-# these takes the compiled path, so its bytes are checked on a real server too.
-_COMPILED_DDL = """
-CREATE TABLE compiled (
-  id INT PRIMARY KEY,
-  ti TINYINT, tiu TINYINT UNSIGNED, si SMALLINT, siu SMALLINT UNSIGNED,
-  mi MEDIUMINT, miu MEDIUMINT UNSIGNED, i INT, iu INT UNSIGNED, bi BIGINT, yr YEAR,
-  d1 DECIMAL(10,2), d2 DECIMAL(30,10), d3 DECIMAL(5,0), db DOUBLE,
-  c CHAR(10), vc VARCHAR(300), tx TEXT, mtx MEDIUMTEXT CHARACTER SET utf8mb4,
-  e ENUM('x','y','z'), vb VARBINARY(20), bl BLOB,
-  dt DATE, dtm DATETIME, dtm6 DATETIME(6), ts TIMESTAMP(3) NULL DEFAULT NULL,
-  nn INT NOT NULL DEFAULT 0
+# Every column kind takes the compiled transcoder (issue 40): all of ALL_TYPES_DDL, a
+# Laravel-style table (BIGINT UNSIGNED AUTO_INCREMENT key, SET, TIME(6)), and keys of those.
+_COMPILED_DDL = ALL_TYPES_DDL.replace("alltypes", "compiled")
+_PRODUCT_DDL = """
+CREATE TABLE product (
+  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL,
+  tags SET('new','sale','gift') NOT NULL DEFAULT '', opens TIME(6), price DECIMAL(10,2),
+  stock BIGINT UNSIGNED, flags BIT(8), created_at TIMESTAMP NULL DEFAULT NULL
 ) ENGINE=InnoDB
 """
+_MEMBERS = ", ".join(f"'m{n}'" for n in range(64))
+_SLOT_DDL = f"""
+CREATE TABLE slot (
+  tags SET({_MEMBERS}) NOT NULL, at TIME(6) NOT NULL, n BIGINT UNSIGNED NOT NULL,
+  b BIT(10) NOT NULL, v INT, PRIMARY KEY (tags, at, n, b)
+) ENGINE=InnoDB
+"""
+_TIMES = ["00:00:00", "-00:00:00.000001", "-12:34:56.789012", "838:59:59.999999",
+          "-838:59:59", "25:00:00.5", "23:59:59.000001"]  # fmt: skip
+_UINT64 = [0, 1, 2**63 - 1, 2**63, 2**64 - 1]
+
+
+def _issue40_rows(cur: Any) -> None:
+    """Products and slots with the edge values of uint64, SET, TIME(6) and BIT; updates
+    that keep and that change the key; deletes."""
+    every = ",".join(f"m{n}" for n in range(64))
+    for i in range(60):
+        tags = ["", "new", "new,sale,gift", "gift"][i % 4]
+        cur.execute(
+            "INSERT INTO product (name, tags, opens, price, stock, flags, created_at) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (f"p{i}", tags, _TIMES[i % 7], Decimal(i) / 4, _UINT64[i % 5], i % 256,
+             None if i % 3 else "2024-06-30 12:00:00"),
+        )  # fmt: skip
+        cur.execute(
+            "INSERT INTO slot VALUES (%s, %s, %s, %s, %s)",
+            (["", "m0", "m63", every, "m1,m2,m40"][i % 5], _TIMES[i % 7], _UINT64[i % 5] - i % 2
+             if _UINT64[i % 5] else i, i % 1024, i),
+        )  # fmt: skip
+    cur.execute("INSERT INTO product (id, name) VALUES (18446744073709551615, 'max')")
+    cur.execute("UPDATE product SET tags = 'sale', opens = '-01:00:00.25' WHERE id % 3 = 0")
+    cur.execute("UPDATE product SET id = id + 1000 WHERE id % 10 = 1")  # key changes
+    cur.execute("DELETE FROM product WHERE id % 7 = 0")
+    cur.execute("UPDATE slot SET v = v + 1")  # same key
+    cur.execute("UPDATE slot SET at = '-00:00:01.5' WHERE v % 4 = 0")  # key changes
+    cur.execute("DELETE FROM slot WHERE v % 5 = 0")
 
 
 def test_the_compiled_path_gives_the_python_paths_bytes_on_a_real_server(
@@ -317,6 +349,8 @@ def test_the_compiled_path_gives_the_python_paths_bytes_on_a_real_server(
     with conn.cursor() as cur:
         cur.execute("SET time_zone = '+00:00', sql_mode = ''")  # zero dates too
         cur.execute(_COMPILED_DDL)
+        cur.execute(_PRODUCT_DDL)
+        cur.execute(_SLOT_DDL)
         cur.execute("CREATE TABLE named (name VARCHAR(20), n INT, v INT, PRIMARY KEY (name, n))")
         cur.execute("CREATE TABLE loose (a INT, b VARCHAR(5))")
     start = end_scn(conn)
@@ -344,17 +378,25 @@ def test_the_compiled_path_gives_the_python_paths_bytes_on_a_real_server(
         cur.executemany("INSERT INTO loose VALUES (%s, %s)", [(n, str(n)) for n in range(6)])
         cur.execute("UPDATE loose SET b = 'x' WHERE a < 2")
         cur.execute("DELETE FROM loose WHERE a = 5")
+        _issue40_rows(cur)
     stop = end_scn(conn)
     conn.close()
 
-    sources = tuple(f"{database}.{t}" for t in ("compiled", "named", "loose"))
+    tables_made = ("compiled", "named", "loose", "product", "slot")
+    sources = tuple(f"{database}.{t}" for t in tables_made)
     tables: dict[str, Any] = {}
-    compiled, _ = _capture(mariadb, sources, start, stop, tables)
+    compiled, registry = _capture(mariadb, sources, start, stop, tables)
     monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
     python, _ = _capture(mariadb, sources, start, stop)
-    assert {tables[s]["transcoder"] for s in sources} == {"compiled"}
+    assert {tables[s]["transcoder"] for s in sources} == {"compiled"}, tables
     assert mismatches == []  # the compiled path's bytes equal the value-by-value path's
     ours = [(w.scn, w.events) for w in compiled]
     assert ours == [(w.scn, w.events) for w in python]  # and the generated Python path's
     # both runs went through the check: every event of each
-    assert sum(checked) == 2 * sum(len(w.events) for w in compiled) > 800
+    assert sum(checked) == 2 * sum(len(w.events) for w in compiled) > 1000
+    events = _events(compiled, registry)
+    product = [e for e in events if e.source.endswith(".product")]
+    assert {e.key["id"] for e in product} >= {2**64 - 1, 1}
+    slots = [e.after for e in events if e.source.endswith(".slot") and e.after]
+    assert {r["at"] for r in slots} >= {"-12:34:56.789012", "838:59:59.999999", "-00:00:01.500000"}
+    assert {len(r["tags"]) for r in slots} == {0, 1, 3, 64}
