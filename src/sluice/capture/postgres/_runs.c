@@ -14,7 +14,7 @@
 #include <string.h>
 
 enum { F_INT = 1, F_DOUBLE, F_BOOL, F_TEXT, F_DATE, F_DATETIME, F_TIMESTAMPTZ };
-enum { K_INT = 0, K_BOOL = 1, K_TEXT = 2 };
+enum { K_INT = 0, K_BOOL = 1, K_TEXT = 2, K_DATE, K_DATETIME, K_TIMESTAMP, K_DOUBLE };
 
 #define HEADER_SIZE 12
 #define MAX_COLS 1600 /* PostgreSQL's own limit */
@@ -32,7 +32,8 @@ typedef struct {
 typedef struct {
     const uint8_t *text; /* NULL: the value is NULL */
     Py_ssize_t len;
-    int64_t num;
+    int64_t num;  /* ints, bools, days, microseconds */
+    double dbl;
 } KeyValue;
 
 typedef struct {
@@ -52,6 +53,7 @@ typedef struct {
 
 #include "../../_native/crc32.h"
 #include "../../_native/dates.h"
+#include "../../_native/keys.h"
 
 /* -- the server's text forms (refused: 0) ------------------------------------------------- */
 static inline int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
@@ -158,6 +160,12 @@ static int put_key(Program *self, const KeyValue *kv, Buf *out) {
             const char *word = v->num ? "true" : "false";
             memcpy(out->p + out->len, word, strlen(word));
             out->len += strlen(word);
+        } else if (kp->kind == K_DATE) {
+            if (put_date_key(out, v->num) < 0) return -1;
+        } else if (kp->kind == K_DATETIME || kp->kind == K_TIMESTAMP) {
+            if (put_micros_key(out, v->num, kp->kind == K_TIMESTAMP) < 0) return -1;
+        } else if (kp->kind == K_DOUBLE) {
+            if (put_double_key(out, v->dbl) < 0) return -1;
         } else {
             if (!utf8_ok(v->text, v->len)) return 0;  /* the Python paths decide */
             put_json_text(out, v->text, v->len);
@@ -210,6 +218,7 @@ static int put_row(Program *self, const uint8_t *data, Py_ssize_t *at, Py_ssize_
             uint64_t bits;
             memcpy(&bits, &d, 8);
             for (int k = 0; k < 8; k++) put_byte(out, (uint8_t)(bits >> (8 * k)));
+            if (c->key >= 0) kv[c->key].dbl = d;
             break;
         }
         case F_BOOL:
@@ -399,7 +408,7 @@ static int Program_init(Program *self, PyObject *args, PyObject *kwds) {
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(keys, n), "iSi", &kp->col, &prefix, &kp->kind))
             return -1;
         if (kp->col < 0 || kp->col >= ncols || self->cols[kp->col].key < 0 || kp->kind < K_INT ||
-            kp->kind > K_TEXT) {
+            kp->kind > K_DOUBLE) {
             PyErr_SetString(PyExc_ValueError, "a key part names no key column");
             return -1;
         }

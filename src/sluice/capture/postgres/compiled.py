@@ -8,8 +8,9 @@ decide (a text it does not read, a key change, an unchanged TOASTed value...). T
 paths stay the reference and the fallback:
 
 - a relation with a column kind the C code does not read (numeric is text and is read;
-  ``real``, ``time``, ``bytea``, arrays are not), or a key it does not format, keeps the
-  Python paths; ``program`` says why, and capture counts such tables in ``/stats``;
+  ``real``, ``time``, ``bytea``, arrays are not), or a key it does not format (json; keys of
+  date, timestamp, timestamptz and double are formatted since issue 40), keeps the Python
+  paths; ``program`` says why, and capture counts such tables in ``/stats``;
 - without the extension (a build without a compiler) every relation keeps them, and capture
   says so once with a WARNING;
 - ``SLUICE_PURE_PYTHON=1`` forces them.
@@ -29,7 +30,14 @@ _runs, _MISSING = load("sluice.capture.postgres._runs", "the compiled transcoder
 
 # Column forms and key kinds, as _runs.c numbers them.
 _INT, _DOUBLE, _BOOL, _TEXT, _DATE, _DATETIME, _TIMESTAMPTZ = range(1, 8)
-_KEY_INT, _KEY_BOOL, _KEY_TEXT = range(3)
+_KEY_INT, _KEY_BOOL, _KEY_TEXT, _KEY_DATE, _KEY_DATETIME, _KEY_TIMESTAMP, _KEY_DOUBLE = range(7)
+# Key kinds whose JSON _runs.c writes from the value it read (_native/keys.h), by column form.
+_KEY_OF_FORM = {
+    _DATE: _KEY_DATE,
+    _DATETIME: _KEY_DATETIME,
+    _TIMESTAMPTZ: _KEY_TIMESTAMP,
+    _DOUBLE: _KEY_DOUBLE,
+}
 _TEXT_KINDS = frozenset({"string", "json", "uuid", "enum", "inet6"})
 _KEY_TEXT_KINDS = frozenset({"string", "uuid", "enum", "inet6"})  # json keys are re-formatted
 # kind -> (form, the converter the row path has for it)
@@ -76,6 +84,8 @@ def program(schema: TableSchema, converters: Sequence[Callable[[str], Any]]) -> 
             key_kind = _KEY_BOOL
         elif kind in _KEY_TEXT_KINDS and columns[index[name]][0] == _TEXT:
             key_kind = _KEY_TEXT
+        elif columns[index[name]][0] in _KEY_OF_FORM:
+            key_kind = _KEY_OF_FORM[columns[index[name]][0]]
         else:
             return Choice(None, f"its key column {name!r} is {kind}")
         prefix = ("{" if n == 0 else ",") + json.dumps(name, ensure_ascii=False) + ":"
