@@ -197,3 +197,33 @@ def test_postgres_extra_captures_and_runs_the_cli_in_a_clean_venv(tmp_path: Path
         check=False,
     )
     assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr
+
+
+@pytest.mark.parametrize(
+    ("extras", "modules", "command"),
+    [
+        # the README's first install: a relay on MariaDB/MySQL, tail, the console
+        ((), "sluice.cli.main, sluice.capture.mysql.capture, sluice.relay", "relay"),
+        (("sinks",), "sluice.sink, sluice.sink.redis, sluice.sink.nats, sluice.sink.amqp, "
+         "sluice.sink.sql.target", "sink"),
+    ],
+)  # fmt: skip
+def test_the_plain_install_and_the_sinks_extra_run_in_a_clean_venv(
+    tmp_path: Path, extras: tuple[str, ...], modules: str, command: str
+) -> None:
+    """``pip install sluice`` and ``pip install 'sluice[sinks]'``: every module they need is
+    declared (numpy and pyarrow were not: ``No module named 'numpy'``)."""
+    home = tmp_path / "venv"
+    python = make_venv(home, extras)
+    env = venv_env(home)
+    imported = _python(python, f"import {modules}", env)
+    assert imported.returncode == 0, imported.stderr
+    helped = subprocess.run(
+        [python, "-m", "sluice.cli.main", command, "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr
