@@ -46,6 +46,7 @@ class _Taken(NamedTuple):
     scn: int
     ts_ms: int
     events: int
+    seq: int  # its place among the windows taken
 
 
 class Acks:
@@ -61,6 +62,8 @@ class Acks:
         self.lost_events = 0  # taken, then lost with the target's uncommitted group
         self.rate = Rate()
         self._taken: deque[_Taken] = deque()
+        self._seq = 0
+        self._places: dict[Checkpoint, int] = {}  # a taken window's checkpoint -> its seq
         self._piece_events = 0  # a big window's pieces so far
         self._top_scn = -1  # the newest window read, and how many of its events
         self._top_events = 0
@@ -89,29 +92,30 @@ class Acks:
         """The target took a batch (it may still hold it uncommitted)."""
         self._piece_events += events
         if last:
-            self._taken.append(_Taken(checkpoint, scn, ts_ms, self._piece_events))
+            self._taken.append(_Taken(checkpoint, scn, ts_ms, self._piece_events, self._seq))
+            if checkpoint is not None:
+                self._places[checkpoint] = self._seq
+            self._seq += 1
             self._piece_events = 0
 
     def settle(self, committed: Checkpoint | None, *, all_done: bool = False) -> None:
         """Acknowledge what the target's committed checkpoint covers (``all_done``: the target
         has everything it took: it holds nothing and acknowledged the last delivery)."""
-        upto = len(self._taken) if all_done else self._covered(committed)
-        for _ in range(upto):
-            self._ack(self._taken.popleft())
-        if not self._taken and not self._piece_events:
+        taken = self._taken
+        if all_done:
+            upto = taken[-1].seq if taken else -1
+        else:  # one lookup: the FIFO may hold thousands of small windows
+            upto = self._places.get(committed, -1) if committed is not None else -1
+        while taken and taken[0].seq <= upto:
+            self._ack(taken.popleft())
+        if not taken and not self._piece_events:
             self._oldest_ts_ms = None
-        elif self._taken:
-            self._oldest_ts_ms = self._taken[0].ts_ms or self._oldest_ts_ms
-
-    def _covered(self, committed: Checkpoint | None) -> int:
-        if committed is None:
-            return 0
-        for i in range(len(self._taken) - 1, -1, -1):
-            if self._taken[i].checkpoint == committed:
-                return i + 1
-        return 0
+        elif taken:
+            self._oldest_ts_ms = taken[0].ts_ms or self._oldest_ts_ms
 
     def _ack(self, window: _Taken) -> None:
+        if window.checkpoint is not None and self._places.get(window.checkpoint) == window.seq:
+            del self._places[window.checkpoint]
         self.events += window.events
         self.windows += 1
         self.last_scn, self.last_ts_ms = window.scn, window.ts_ms
@@ -121,6 +125,7 @@ class Acks:
         """What the target held uncommitted went with its transaction: read again later."""
         self.lost_events += sum(w.events for w in self._taken) + self._piece_events
         self._taken.clear()
+        self._places.clear()
         self._piece_events = 0
 
     @property
