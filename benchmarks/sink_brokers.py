@@ -32,6 +32,15 @@ connection included):
 
 Every destination is fresh per run (its own stream, key, exchange and queue, path); afterwards
 the stored events are counted and must equal the workload's (then the destination is dropped).
+Third, the write-only loop (issue 40; target: the sink >= 0.8x of it): what the target itself
+can take. The workload's windows are read once (untimed) and the same entries built in memory,
+with the sink's IDs, fields and headers; then only the writes are timed (connection included):
+JetStream publishes 1,000 in flight with ``Nats-Msg-Id``; Redis pipelines of 1,000 ``XADD
+stream SCN-INDEX`` with the sink's fields; RabbitMQ persistent, mandatory messages with the
+sink's headers, 1,000 published before their confirms are awaited; webhook POSTs of 500 events
+with an ``Idempotency-Key``. The sink also reads the relay, decodes and encodes; the loop does
+not.
+
 The relay, the webhook receiver and the sink or loop share this process (one GIL), as they do
 in ``benchmarks/sinks.py``; the brokers are their own processes.
 
@@ -199,6 +208,15 @@ def _write_only(write_all: WriteAll) -> tuple[float, int]:
     return time.perf_counter() - began, events
 
 
+def _headers(scn: int, index: int, line: str) -> dict[str, str]:
+    """The ``sluice-*`` headers the sink puts on each message (``Change.headers``)."""
+    event = json.loads(line)
+    return {
+        "sluice-scn": str(scn), "sluice-index": str(index), "sluice-source": SOURCE,
+        "sluice-op": event["op"], "sluice-schema-version": str(event["schema_version"]),
+    }  # fmt: skip
+
+
 def _chunks(windows: Windows, size: int) -> list[list[tuple[int, int, str]]]:
     """(scn, index, line) in runs of ``size``, across windows (as the sink groups them)."""
     flat = [(scn, i, line) for scn, lines in windows for i, line in enumerate(lines)]
@@ -244,9 +262,13 @@ class _Nats:
         """``js.publish`` with ``Nats-Msg-Id``, 1,000 in flight, their acks awaited together."""
         subject = f"only_{tag}.bench.t"
         chunks = [
-            [(line.encode(), {"Nats-Msg-Id": f"{scn}-{i}"}) for scn, i, line in chunk]
+            [
+                (line.encode(), {**_headers(scn, i, line), "Nats-Msg-Id": f"{scn}-{i}",
+                                 "Content-Type": "application/json"})
+                for scn, i, line in chunk
+            ]
             for chunk in _chunks(windows, 1000)
-        ]
+        ]  # fmt: skip
 
         async def write() -> int:
             nc, js = await self._js()
@@ -406,6 +428,7 @@ class _RabbitMQ:
                 aio_pika.Message(
                     line.encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
                     message_id=f"{scn}-{i}", content_type="application/json",
+                    headers=_headers(scn, i, line), app_id="sluice",
                 )
                 for scn, i, line in chunk
             ]
@@ -414,10 +437,12 @@ class _RabbitMQ:
 
         async def write() -> int:
             connection = await aio_pika.connect(self.server.url)
-            channel = await connection.channel(publisher_confirms=True)
+            channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
             exchange = await channel.get_exchange(f"only_{tag}")
-            for chunk in chunks:
-                await asyncio.gather(*(exchange.publish(m, routing_key=SOURCE) for m in chunk))
+            for chunk in chunks:  # mandatory, as the sink publishes (an unrouted one fails)
+                await asyncio.gather(
+                    *(exchange.publish(m, routing_key=SOURCE, mandatory=True) for m in chunk)
+                )
             await connection.close()
             return sum(map(len, chunks))
 
@@ -518,17 +543,20 @@ class _Webhook:
     def build_only(self, tag: str, windows: Windows) -> WriteAll:
         """POSTs of 500 events (the sink's default ``--batch-events``), one at a time."""
         bodies = [
-            ('{"events": [' + ", ".join(line for _, _, line in chunk) + "]}").encode()
+            (
+                ('{"events": [' + ", ".join(line for _, _, line in chunk) + "]}").encode(),
+                {"Content-Type": "application/json",
+                 "Idempotency-Key": f"{chunk[0][0]}-{chunk[0][1]}..{chunk[-1][0]}-{chunk[-1][1]}"},
+            )
             for chunk in _chunks(windows, 500)
-        ]
+        ]  # fmt: skip
         url = f"http://127.0.0.1:{self.receiver.port}/only_{tag}"
-        headers = {"Content-Type": "application/json"}
 
         async def write() -> int:
             import aiohttp
 
             async with aiohttp.ClientSession() as session:
-                for body in bodies:
+                for body, headers in bodies:
                     async with session.post(url, data=body, headers=headers) as response:
                         response.raise_for_status()
                         await response.read()

