@@ -41,7 +41,8 @@ APP_DDL = (
 APP_ROW_SQL = (
     "SELECT seq + {off}, seq, seq * 7 + 9223372036854775808, CONCAT('name-', seq), "
     "REPEAT('x', 40), seq / 100, ELT(seq % 4 + 1, '', 'new', 'new,sale', 'gift,featured'), "
-    "SEC_TO_TIME(CAST(seq % 200000 AS SIGNED) - 100000 + 0.654321), '2024-01-02 03:04:05', '2024-01-02', "
+    "SEC_TO_TIME(CAST(seq % 200000 AS SIGNED) - 100000 + 0.654321), "
+    "'2024-01-02 03:04:05', '2024-01-02', "
     "'some text' FROM seq_1_to_{n}"
 )
 
