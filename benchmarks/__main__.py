@@ -18,6 +18,7 @@ from benchmarks import (
     sink_brokers,
     sinks,
     spark_path,
+    spark_source,
 )
 
 
@@ -43,6 +44,8 @@ def main() -> int:
     chain.run()
     print("\n== Spark: relay into Parquet, fold, snapshot serving ==")
     spark_path.run()
+    print("\n== Spark: the sluice source vs a do-nothing Python source on the same rows ==")
+    spark_source.run()
     print("\n== seeding: sluice bootstrap seed vs spark.read.jdbc and mariadb-dump ==")
     # Its own process: the JDBC baseline needs the driver jar on a JVM started with it.
     subprocess.run([sys.executable, "-m", "benchmarks.seed"], check=True)

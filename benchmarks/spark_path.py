@@ -436,4 +436,9 @@ def stream_only(events: int = 1_000_000) -> dict[str, Any]:
 if __name__ == "__main__":
     import sys
 
-    stream_only() if sys.argv[1:] == ["stream"] else run()
+    if sys.argv[1:] == ["--source-vs-ceiling"]:
+        from benchmarks import spark_source
+
+        spark_source.run()
+    else:
+        stream_only() if sys.argv[1:] == ["stream"] else run()

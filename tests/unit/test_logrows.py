@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from sluice.core import wire
 from sluice.errors import DecodeError
 from sluice.schemas import Column, RowCodec, TableSchema
+from sluice.spark import logcols
 from sluice.spark.logcols import Events
 from sluice.spark.logrows import LogRows
 from sluice.spark.rows import GenericRows
@@ -95,3 +96,53 @@ def test_a_corrupt_event_record_is_a_decode_error() -> None:
         record = wire.encode_window(7, 6, 0, [event])
         with pytest.raises(DecodeError, match="corrupt event record"):
             Events([record])
+
+
+def _scans(records: list[bytes]) -> tuple[logcols.Scan, logcols.Scan]:
+    buf = b"".join(records)
+    u8 = np.frombuffer(buf + bytes(10), np.uint8)
+    return logcols._scan(buf, u8, records), logcols._python_scan(buf, u8, records)
+
+
+@pytest.mark.skipif(logcols._events is None, reason="the compiled event scanner is not built")
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(event, min_size=0, max_size=12), min_size=1, max_size=6))
+def test_the_compiled_scan_equals_its_python_reference(
+    windows: list[list[tuple[tuple[str, int], str, int]]],
+) -> None:
+    """Offsets, headers, names in order of appearance and each event's name index, windows
+    without events included."""
+    records = [
+        wire.encode_window(100 + i, 99 + i, 0, [_raw(e) for e in events])
+        for i, events in enumerate(windows)
+    ]
+    compiled, reference = _scans(records)
+    assert compiled[0] == reference[0]
+    assert compiled[3] == reference[3]
+    for at in (1, 2, 4):  # offsets, headers, name indices
+        mine, theirs = compiled[at], reference[at]
+        assert isinstance(mine, np.ndarray) and isinstance(theirs, np.ndarray)
+        assert mine.dtype == theirs.dtype
+        assert mine.tolist() == theirs.tolist()
+
+
+@pytest.mark.skipif(logcols._events is None, reason="the compiled event scanner is not built")
+def test_the_compiled_scan_refuses_events_past_their_window() -> None:
+    good = _raw((("db.a", 1), "c", 5))
+    for size in (len(good) + 100, 1 << 31, 13):
+        record = wire.encode_window(7, 6, 0, [size.to_bytes(4, "little") + good[4:]])
+        cut = record[: wire.WINDOW_HEADER_SIZE + 5]  # a header cut short, as a bad count gives
+        for records in ([record], [cut, record]):
+            with pytest.raises(DecodeError, match="corrupt event record"):
+                Events(records)
+
+
+def test_pure_python_events_equal_compiled_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    specs = [(("db.a", 1), "c", 1), (("db.b", 1), "c", 2), (("db.a", 2), "u", 3)]
+    record = wire.encode_window(7, 6, 0, [_raw(s) for s in specs])
+    compiled = Events([record, record])
+    monkeypatch.setenv("SLUICE_PURE_PYTHON", "1")
+    reference = Events([record, record])
+    assert compiled.names == reference.names == [b"db.a", b"db.b"]
+    for name in ("offsets", "name_index", "op", "key_hash", "version", "payload_start"):
+        assert getattr(compiled, name).tolist() == getattr(reference, name).tolist()

@@ -105,7 +105,8 @@ def _datetime(suffix: str) -> Text:
         pieces: list[_Piece] = [_QUOTE, *_ymd(days), _byte("T"), *_digits(hour, 2), _byte(":"),
                   *_digits(minute, 2), _byte(":"), *_digits(sec, 2)]  # fmt: skip
         shown = frac != 0  # the fraction only where there is one, as isoformat()
-        pieces += [(_byte("."), shown), *((d, shown) for d in _digits(frac, 6))]
+        if shown.any():
+            pieces += [(_byte("."), shown), *((d, shown) for d in _digits(frac, 6))]
         pieces += [_byte(c) for c in suffix] + [_QUOTE]
         return _fixed_text(arr, pieces)
 
@@ -146,6 +147,17 @@ def _ymd(days: np.ndarray) -> list[_Piece]:
 
 def _fixed_text(arr: pa.Array, pieces: list[_Piece]) -> pa.Array:
     n = len(arr)
+    validity = _validity(np.asarray(arr.is_valid())) if arr.null_count else None
+    # A piece every row has is a plain piece; one no row has is left out.
+    pieces = [p[0] if isinstance(p, tuple) and p[1].all() else p for p in pieces]
+    pieces = [p for p in pieces if not isinstance(p, tuple) or p[1].any()]
+    if not any(isinstance(p, tuple) for p in pieces):  # every text as long: no mask to apply
+        matrix = np.empty((n, len(pieces)), dtype=np.uint8)
+        for i, piece in enumerate(pieces):
+            matrix[:, i] = piece
+        offsets = np.arange(0, (n + 1) * len(pieces), len(pieces), dtype=np.int32)
+        buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(matrix)]
+        return pa.Array.from_buffers(pa.string(), n, buffers)
     matrix = np.empty((len(pieces), n), dtype=np.uint8)
     mask = np.ones((len(pieces), n), dtype=bool)
     for i, piece in enumerate(pieces):
@@ -157,7 +169,6 @@ def _fixed_text(arr: pa.Array, pieces: list[_Piece]) -> pa.Array:
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(lengths, out=offsets[1:])
     data = matrix.T[mask.T]
-    validity = _validity(np.asarray(arr.is_valid())) if arr.null_count else None
     buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.string(), n, buffers)
 

@@ -21,7 +21,9 @@ from sluice.core import wire
 from sluice.core.event import OPS, TRUNCATE
 from sluice.errors import DecodeError
 from sluice.schemas import RowCodec
+from sluice.schemas.compiled import load, pure_python_forced
 
+_events, _MISSING = load("sluice.spark._events", "the compiled event scanner")
 CodecLookup = Callable[[str, int], RowCodec]
 KeyReader = Callable[[bytes], str]
 _HS = wire.EVENT_HEADER_SIZE
@@ -39,11 +41,11 @@ class Events:
 
     def __init__(self, records: list[bytes]) -> None:
         self.buf = b"".join(records)
-        counts, self.offsets = _offsets(self.buf, records)
-        self.counts = counts
-        n = len(self.offsets)
         self.u8 = np.frombuffer(self.buf + bytes(10), np.uint8)  # room for a varint's read
-        head = self.u8[self.offsets[:, None] + np.arange(_HS)].copy().view(_HEADER).reshape(n)
+        scan = _python_scan if _events is None or pure_python_forced() else _scan
+        self.counts, self.offsets, head, self.names, self.name_index = scan(
+            self.buf, self.u8, records
+        )
         self.op = head["op"]
         src_len = head["src"].astype(np.int64)
         bad = ~np.isin(self.op, _OP_CODES) | (head["size"] < _HS + src_len)
@@ -54,10 +56,6 @@ class Events:
         self.name_start = self.offsets + _HS
         self.payload_start = self.name_start + src_len
         self.payload_end = self.offsets + head["size"].astype(np.int64)
-        names = _binary(self.u8, self.name_start, self.payload_start)
-        encoded = names.dictionary_encode()
-        self.names: list[bytes] = encoded.dictionary.to_pylist()
-        self.name_index = encoded.indices.to_numpy(zero_copy_only=False)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -153,6 +151,45 @@ def _offsets(buf: bytes, records: list[bytes]) -> tuple[list[int], np.ndarray]:
     except struct.error:
         raise DecodeError("corrupt event record: it runs past its window") from None
     return counts, np.asarray(out, dtype=np.int64)
+
+
+Scan = tuple[list[int], np.ndarray, np.ndarray, list[bytes], np.ndarray]
+
+
+def _python_scan(buf: bytes, u8: np.ndarray, records: list[bytes]) -> Scan:
+    """Each window's event count, each event's offset and header, the distinct source names
+    (in order of appearance) and each event's index into them: ``_scan``'s reference."""
+    counts, offsets = _offsets(buf, records)
+    head = u8[offsets[:, None] + np.arange(_HS)].copy().view(_HEADER).reshape(len(offsets))
+    name_start = offsets + _HS
+    names = _binary(u8, name_start, name_start + head["src"].astype(np.int64))
+    encoded = names.dictionary_encode()
+    index = encoded.indices.to_numpy(zero_copy_only=False)
+    return counts, offsets, head, encoded.dictionary.to_pylist(), index
+
+
+def _scan(buf: bytes, u8: np.ndarray, records: list[bytes]) -> Scan:
+    """``_python_scan`` by the compiled scanner (``_events.c``)."""
+    assert _events is not None
+    counts: list[int] = []
+    windows = np.empty((len(records), 3), dtype=np.int64)
+    base = 0
+    for i, record in enumerate(records):
+        n = wire.read_window_header(record).n_events
+        counts.append(n)
+        windows[i] = (base + _WS, n, base + len(record))
+        base += len(record)
+    try:
+        offsets, headers, index, names = _events.scan(buf, windows)
+    except ValueError as exc:
+        raise DecodeError(f"corrupt event record: {exc}") from None
+    return (
+        counts,
+        np.frombuffer(offsets, np.int64),
+        np.frombuffer(headers, _HEADER),
+        names,
+        np.frombuffer(index, np.int32),
+    )
 
 
 def _binary(u8: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
