@@ -13,8 +13,18 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { F_INT = 1, F_DOUBLE, F_BOOL, F_TEXT, F_DATE, F_DATETIME, F_TIMESTAMPTZ };
-enum { K_INT = 0, K_BOOL = 1, K_TEXT = 2, K_DATE, K_DATETIME, K_TIMESTAMP, K_DOUBLE };
+/* Column forms: compiled.py numbers them alike. F_FLOAT is `real` (float4), F_BYTES `bytea`,
+ * F_ARRAY_* an array (JSON text, types._array_of) by how its elements are read. */
+enum {
+    F_INT = 1, F_DOUBLE, F_BOOL, F_TEXT, F_DATE, F_DATETIME, F_TIMESTAMPTZ, F_FLOAT, F_TIME,
+    F_BYTES, F_ARRAY_INT, F_ARRAY_DOUBLE, F_ARRAY_BOOL, F_ARRAY_TEXT
+};
+/* Key kinds. K_JSON: the array JSON the row holds (already canonical); K_CALL: the column's
+ * Python key formatter on its text (json/jsonb, whose keys are re-formatted). */
+enum {
+    K_INT = 0, K_BOOL = 1, K_TEXT = 2, K_DATE, K_DATETIME, K_TIMESTAMP, K_DOUBLE, K_TIME, K_BYTES,
+    K_JSON, K_CALL
+};
 
 #define HEADER_SIZE 12
 #define MAX_COLS 1600 /* PostgreSQL's own limit */
@@ -25,8 +35,9 @@ typedef struct {
 
 typedef struct {
     int col, kind;
-    const char *prefix; /* `{"name":` or `,"name":`, owned by the prefixes tuple */
+    const char *prefix; /* `{"name":` or `,"name":`, owned by its part in self->parts */
     Py_ssize_t prefix_len;
+    PyObject *call; /* K_CALL: text -> key JSON text, owned likewise */
 } KeyPart;
 
 typedef struct {
@@ -34,6 +45,7 @@ typedef struct {
     Py_ssize_t len;
     int64_t num;  /* ints, bools, days, microseconds */
     double dbl;
+    Py_ssize_t off, olen; /* bytea's bytes, an array's JSON: where the row buffer holds them */
 } KeyValue;
 
 typedef struct {
@@ -42,7 +54,7 @@ typedef struct {
     int ncols;
     KeyPart *keys;
     int nkeys;
-    PyObject *prefixes;
+    PyObject *parts; /* the key parts as given: they own prefix and call */
     char source[256];
     int source_len;
     int version;
@@ -54,6 +66,13 @@ typedef struct {
 #include "../../_native/crc32.h"
 #include "../../_native/dates.h"
 #include "../../_native/keys.h"
+
+/* What one events() call writes into: the old and new rows' Avro, their keys, an array's
+ * JSON and a quoted element's text while they are read, the key columns' values. */
+typedef struct {
+    Buf before, after, key0, key1, js, el;
+    KeyValue *kv;
+} Work;
 
 /* -- the server's text forms (refused: 0) ------------------------------------------------- */
 static inline int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
@@ -140,9 +159,192 @@ static int parse_stamp(const uint8_t *p, Py_ssize_t n, int utc, int64_t *out) {
     return 1;
 }
 
+/* HH:MM:SS[.f{1,6}] (time.fromisoformat's reading of it) or 24:00:00: microseconds since
+ * midnight, as types._time gives them. */
+static int parse_time(const uint8_t *p, Py_ssize_t n, int64_t *out) {
+    if (n == 8 && !memcmp(p, "24:00:00", 8)) {
+        *out = 86400000000LL;
+        return 1;
+    }
+    if (n < 8 || p[2] != ':' || p[5] != ':') return 0;
+    static const int at[6] = {0, 1, 3, 4, 6, 7};
+    for (int i = 0; i < 6; i++)
+        if (!is_digit(p[at[i]])) return 0;
+    int h = num(p, 2), mi = num(p + 3, 2), s = num(p + 6, 2);
+    if (h > 23 || mi > 59 || s > 59) return 0;
+    int64_t frac = 0;
+    if (n > 8) {
+        Py_ssize_t digits = n - 9;
+        if (p[8] != '.' || digits < 1 || digits > 6) return 0;
+        for (Py_ssize_t i = 0; i < 6; i++) {
+            if (i < digits && !is_digit(p[9 + i])) return 0;
+            frac = frac * 10 + (i < digits ? p[9 + i] - '0' : 0);
+        }
+    }
+    *out = (int64_t)(h * 3600 + mi * 60 + s) * 1000000 + frac;
+    return 1;
+}
+
+/* types._float32: float(text) rounded to float32 as struct's "<f" packs it (a C cast; a
+ * finite double past float32's range is its OverflowError: refused), back to a double. */
+static int parse_float32(const uint8_t *p, Py_ssize_t n, double *out) {
+    double d;
+    if (!parse_double(p, n, &d)) return 0;
+    float f = (float)d;
+    if (isinf(f) && !isinf(d)) return 0;
+    *out = (double)f;
+    return 1;
+}
+
+static inline int hex_digit(uint8_t c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* bytea_output=hex: \x then two hex digits a byte, as bytes.fromhex(text[2:]) reads them
+ * (without the whitespace fromhex skips): the bytes behind their Avro length. */
+static int put_bytea(const uint8_t *p, Py_ssize_t n, Buf *out) {
+    if (n < 2 || p[0] != '\\' || p[1] != 'x' || (n & 1)) return 0;
+    Py_ssize_t size = (n - 2) / 2;
+    put_varint(out, (uint64_t)size << 1);
+    uint8_t *w = (uint8_t *)out->p + out->len;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        int hi = hex_digit(p[2 + 2 * i]), lo = hex_digit(p[3 + 2 * i]);
+        if (hi < 0 || lo < 0) return 0;
+        w[i] = (uint8_t)(hi << 4 | lo);
+    }
+    out->len += size;
+    return 1;
+}
+
+/* -- arrays: types._array_of's JSON text, element by element ------------------------------ */
+#define MAX_DEPTH 64 /* PostgreSQL allows 6 dimensions */
+
+/* One element's JSON (types._number_or_text's value through json.dumps); 0: refused. */
+static int put_element(int form, const uint8_t *r, Py_ssize_t n, Buf *js) {
+    if (form == F_ARRAY_TEXT) {
+        if (buf_reserve(js, 6 * n + 2) < 0) return -1;
+        put_json_text(js, r, n);
+        return 1;
+    }
+    if (form == F_ARRAY_BOOL) { /* _bool: "t" is true, any other text false */
+        int yes = n == 1 && r[0] == 't';
+        return put_text(js, yes ? "true" : "false", yes ? 4 : 5) < 0 ? -1 : 1;
+    }
+    if (form == F_ARRAY_INT) {
+        int64_t v;
+        if (!parse_int(r, n, &v)) return 0;
+        if (buf_reserve(js, 24) < 0) return -1;
+        js->len += sprintf(js->p + js->len, "%lld", (long long)v);
+        return 1;
+    }
+    double d; /* _json_float: repr of a finite float, else the text as a JSON string */
+    if (!parse_double(r, n, &d)) return 0;
+    if (!isfinite(d)) {
+        if (buf_reserve(js, n + 2) < 0) return -1;
+        put_json_text(js, r, n);  /* ASCII without escapes: parse_double read it */
+        return 1;
+    }
+    return put_double_key(js, d) < 0 ? -1 : 1;
+}
+
+/* `{...}` at *pos as _parse_array reads it (quoted elements unescaped, never null; an
+ * unquoted NULL is null; nested braces a nested array; any one character after an element
+ * that is not `}`, the comma, skipped), as JSON into js. */
+static int put_array_at(int form, const uint8_t *p, Py_ssize_t n, Py_ssize_t *at, int depth,
+                        Buf *js, Buf *el) {
+    Py_ssize_t pos = *at;
+    int rc;
+    if (depth > MAX_DEPTH || pos >= n || p[pos] != '{') return 0;
+    pos++;
+    if (buf_reserve(js, 2) < 0) return -1;
+    put_byte(js, '[');
+    if (pos >= n) return 0;
+    if (p[pos] == '}') {
+        put_byte(js, ']');
+        *at = pos + 1;
+        return 1;
+    }
+    for (int first = 1;; first = 0) {
+        if (!first) {
+            if (buf_reserve(js, 1) < 0) return -1;
+            put_byte(js, ',');
+        }
+        if (pos >= n) return 0;
+        if (p[pos] == '{') {
+            if ((rc = put_array_at(form, p, n, &pos, depth + 1, js, el)) != 1) return rc;
+        } else if (p[pos] == '"') { /* unescaped into el, then read as an element */
+            el->len = 0;
+            for (pos++;; pos++) {
+                if (pos >= n) return 0;
+                if (p[pos] == '"') break;
+                if (p[pos] == '\\' && ++pos >= n) return 0;
+                if (buf_reserve(el, 1) < 0) return -1;
+                put_byte(el, p[pos]);
+            }
+            pos++;
+            if ((rc = put_element(form, (const uint8_t *)el->p, el->len, js)) != 1) return rc;
+        } else {
+            Py_ssize_t end = pos;
+            while (end < n && p[end] != ',' && p[end] != '}') end++;
+            if (end >= n) return 0;
+            if (end - pos == 4 && !memcmp(p + pos, "NULL", 4)) {
+                if (put_text(js, "null", 4) < 0) return -1;
+            } else if ((rc = put_element(form, p + pos, end - pos, js)) != 1) {
+                return rc;
+            }
+            pos = end;
+        }
+        if (pos >= n) return 0;
+        if (p[pos] == '}') {
+            if (buf_reserve(js, 1) < 0) return -1;
+            put_byte(js, ']');
+            *at = pos + 1;
+            return 1;
+        }
+        pos++; /* the comma */
+    }
+}
+
+/* An array's text (`{...}`, or `[lo:hi]={...}` with explicit bounds) as the JSON text
+ * types._array_of makes of it, into js. */
+static int put_array(int form, const uint8_t *p, Py_ssize_t n, Buf *js, Buf *el) {
+    Py_ssize_t pos = 0;
+    js->len = 0;
+    if (!utf8_ok(p, n)) return 0; /* the row path decodes the text first */
+    if (n > 0 && p[0] == '[') {
+        const uint8_t *eq = memchr(p, '=', n);
+        if (!eq) return 0;
+        pos = eq - p + 1;
+    }
+    int rc = put_array_at(form, p, n, &pos, 0, js, el);
+    return rc == 1 && pos != n ? 0 : rc;
+}
+
 /* -- key text ---------------------------------------------------------------------------- */
-/* The key's canonical JSON (as RowCodec.key_text makes it) into `out`; 0: refused. */
-static int put_key(Program *self, const KeyValue *kv, Buf *out) {
+/* A K_CALL key part: the column's key formatter on its text (a str), as the generated
+ * transcoder calls it. A text it does not take (not UTF-8, a formatter's exception): 0, the
+ * Python paths decide. */
+static int put_called_key(PyObject *call, const KeyValue *v, Buf *out) {
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)v->text, v->len, NULL);
+    PyObject *json = text ? PyObject_CallOneArg(call, text) : NULL;
+    Py_XDECREF(text);
+    Py_ssize_t n;
+    const char *s = json && PyUnicode_Check(json) ? PyUnicode_AsUTF8AndSize(json, &n) : NULL;
+    int rc = s && put_text(out, s, n) == 0 ? 1 : 0;
+    Py_XDECREF(json);
+    if (!rc) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+    }
+    return rc;
+}
+
+/* The key's canonical JSON (as RowCodec.key_text makes it) into `out`, from the values put_row
+ * left in kv and `row` (its Avro); 0: refused. */
+static int put_key(Program *self, const KeyValue *kv, const Buf *row, Buf *out) {
     out->len = 0;
     for (int n = 0; n < self->nkeys; n++) {
         const KeyPart *kp = &self->keys[n];
@@ -151,25 +353,33 @@ static int put_key(Program *self, const KeyValue *kv, Buf *out) {
             return -1;
         memcpy(out->p + out->len, kp->prefix, kp->prefix_len);
         out->len += kp->prefix_len;
+        int rc = 0;
         if (!v->text) {
-            memcpy(out->p + out->len, "null", 4);
-            out->len += 4;
+            rc = put_text(out, "null", 4);
         } else if (kp->kind == K_INT) {
             out->len += sprintf(out->p + out->len, "%lld", (long long)v->num);
         } else if (kp->kind == K_BOOL) {
-            const char *word = v->num ? "true" : "false";
-            memcpy(out->p + out->len, word, strlen(word));
-            out->len += strlen(word);
+            rc = v->num ? put_text(out, "true", 4) : put_text(out, "false", 5);
         } else if (kp->kind == K_DATE) {
-            if (put_date_key(out, v->num) < 0) return -1;
+            rc = put_date_key(out, v->num);
         } else if (kp->kind == K_DATETIME || kp->kind == K_TIMESTAMP) {
-            if (put_micros_key(out, v->num, kp->kind == K_TIMESTAMP) < 0) return -1;
+            rc = put_micros_key(out, v->num, kp->kind == K_TIMESTAMP);
         } else if (kp->kind == K_DOUBLE) {
-            if (put_double_key(out, v->dbl) < 0) return -1;
+            rc = put_double_key(out, v->dbl);
+        } else if (kp->kind == K_TIME) {
+            rc = put_time_key(out, v->num);
+        } else if (kp->kind == K_BYTES) {
+            rc = put_base64_key(out, (const uint8_t *)row->p + v->off, v->olen);
+        } else if (kp->kind == K_JSON) { /* json.dumps(json.loads(x)) of what we wrote is x */
+            rc = put_text(out, row->p + v->off, v->olen);
+        } else if (kp->kind == K_CALL) {
+            if ((rc = put_called_key(kp->call, v, out)) != 1) return rc;
+            rc = 0;
         } else {
             if (!utf8_ok(v->text, v->len)) return 0;  /* the Python paths decide */
             put_json_text(out, v->text, v->len);
         }
+        if (rc < 0) return -1;
     }
     if (buf_reserve(out, 1) < 0) return -1;
     put_byte(out, '}');
@@ -180,7 +390,8 @@ static int put_key(Program *self, const KeyValue *kv, Buf *out) {
 /* The tuple at *at into `out` (its Avro row) and `kv` (its key's values): 1, or 0 refused,
  * or -1 with an exception set. */
 static int put_row(Program *self, const uint8_t *data, Py_ssize_t *at, Py_ssize_t end, Buf *out,
-                   KeyValue *kv) {
+                   Work *w) {
+    KeyValue *kv = w->kv;
     Py_ssize_t pos = *at;
     if (pos + 2 > end || ((data[pos] << 8) | data[pos + 1]) != self->ncols) return 0;
     pos += 2;
@@ -207,14 +418,16 @@ static int put_row(Program *self, const uint8_t *data, Py_ssize_t *at, Py_ssize_
         if (buf_reserve(out, 11 + (Py_ssize_t)n) < 0) return -1;
         if (c->uni) put_byte(out, 2);
         int64_t v = 0;
+        Py_ssize_t start = out->len; /* where the value's bytes begin (bytea, arrays) */
         switch (c->form) {
         case F_INT:
             if (!parse_int(r, n, &v)) return 0;
             put_varint(out, zigzag(v));
             break;
-        case F_DOUBLE: {
+        case F_DOUBLE:
+        case F_FLOAT: {
             double d;
-            if (!parse_double(r, n, &d)) return 0;
+            if (!(c->form == F_FLOAT ? parse_float32(r, n, &d) : parse_double(r, n, &d))) return 0;
             uint64_t bits;
             memcpy(&bits, &d, 8);
             for (int k = 0; k < 8; k++) put_byte(out, (uint8_t)(bits >> (8 * k)));
@@ -234,15 +447,36 @@ static int put_row(Program *self, const uint8_t *data, Py_ssize_t *at, Py_ssize_
             if (n != 10 || !parse_date(r, n, &v)) return 0;
             put_varint(out, zigzag(v));
             break;
-        default: /* F_DATETIME, F_TIMESTAMPTZ */
+        case F_DATETIME:
+        case F_TIMESTAMPTZ:
             if (!parse_stamp(r, n, c->form == F_TIMESTAMPTZ, &v)) return 0;
             put_varint(out, zigzag(v));
             break;
+        case F_TIME:
+            if (!parse_time(r, n, &v)) return 0;
+            put_varint(out, zigzag(v));
+            break;
+        case F_BYTES:
+            if (!put_bytea(r, n, out)) return 0;
+            start = out->len - (n - 2) / 2;
+            break;
+        default: { /* F_ARRAY_*: the JSON as an Avro string */
+            int rc = put_array(c->form, r, n, &w->js, &w->el);
+            if (rc != 1) return rc;
+            if (buf_reserve(out, 10 + w->js.len) < 0) return -1;
+            put_varint(out, (uint64_t)w->js.len << 1);
+            start = out->len;
+            memcpy(out->p + out->len, w->js.p, w->js.len);
+            out->len += w->js.len;
+            break;
+        }
         }
         if (c->key >= 0) {
             kv[c->key].text = r;
             kv[c->key].len = n;
             kv[c->key].num = v;
+            kv[c->key].off = start;
+            kv[c->key].olen = out->len - start;
         }
     }
     *at = pos;
@@ -281,24 +515,25 @@ static PyObject *frame(Program *self, int op, const Buf *key, const char *const 
 }
 
 /* One message's event: 1, 0 refused, -1 error. */
-static int message_event(Program *self, const uint8_t *data, Py_ssize_t end, Buf *before,
-                         Buf *after, Buf *key0, Buf *key1, KeyValue *kv, PyObject **event) {
+static int message_event(Program *self, const uint8_t *data, Py_ssize_t end, Work *w,
+                         PyObject **event) {
     if (end < 6) return 0;
     uint8_t tag = data[0], marker = data[5];
     Py_ssize_t pos = 6;
+    Buf *before = &w->before, *after = &w->after, *key0 = &w->key0, *key1 = &w->key1;
     int rc;
     if (tag == 'I' || tag == 'U') {
         int has_old = tag == 'U' && (marker == 'K' || marker == 'O');
         if (has_old) {
-            if ((rc = put_row(self, data, &pos, end, before, kv)) != 1) return rc;
-            if (self->nkeys && (rc = put_key(self, kv, key0)) != 1) return rc;
+            if ((rc = put_row(self, data, &pos, end, before, w)) != 1) return rc;
+            if (self->nkeys && (rc = put_key(self, w->kv, before, key0)) != 1) return rc;
             if (pos >= end) return 0;
             marker = data[pos++];
         }
         if (marker != 'N') return 0;
-        if ((rc = put_row(self, data, &pos, end, after, kv)) != 1) return rc;
+        if ((rc = put_row(self, data, &pos, end, after, w)) != 1) return rc;
         if (pos != end) return 0;
-        if (self->nkeys && (rc = put_key(self, kv, key1)) != 1) return rc;
+        if (self->nkeys && (rc = put_key(self, w->kv, after, key1)) != 1) return rc;
         if (!has_old) {
             const char *parts[2] = {"\x00\x02", after->p};
             Py_ssize_t lens[2] = {2, after->len};
@@ -312,9 +547,9 @@ static int message_event(Program *self, const uint8_t *data, Py_ssize_t end, Buf
             *event = frame(self, 'u', key1, parts, lens, 4);
         }
     } else if (tag == 'D' && (marker == 'K' || marker == 'O')) {
-        if ((rc = put_row(self, data, &pos, end, before, kv)) != 1) return rc;
+        if ((rc = put_row(self, data, &pos, end, before, w)) != 1) return rc;
         if (pos != end) return 0;
-        if (self->nkeys && (rc = put_key(self, kv, key0)) != 1) return rc;
+        if (self->nkeys && (rc = put_key(self, w->kv, before, key0)) != 1) return rc;
         const char *parts[3] = {"\x02", before->p, "\x00"};
         Py_ssize_t lens[3] = {1, before->len, 1};
         *event = frame(self, 'd', key0, parts, lens, 3);
@@ -333,20 +568,29 @@ static PyObject *Program_events(Program *self, PyObject *payloads) {
         PyErr_SetString(PyExc_TypeError, "events() takes a list of bytes");
         return NULL;
     }
+    /* A K_CALL formatter may run other Python code: hold our own references */
+    Py_INCREF(self);
+    Py_INCREF(payloads);
     Py_ssize_t count = PyList_GET_SIZE(payloads);
     PyObject *list = PyList_New(count);
-    Buf before = {0}, after = {0}, key0 = {0}, key1 = {0};
-    KeyValue *kv = PyMem_Calloc(self->nkeys ? self->nkeys : 1, sizeof(KeyValue));
+    Work w = {0};
+    w.kv = PyMem_Calloc(self->nkeys ? self->nkeys : 1, sizeof(KeyValue));
     PyObject *result = NULL;
-    if (!list || !kv) { if (!kv) PyErr_NoMemory(); goto done; }
+    if (!list || !w.kv) { if (!w.kv) PyErr_NoMemory(); goto done; }
     for (Py_ssize_t i = 0; i < count; i++) {
+        if (i >= PyList_GET_SIZE(payloads)) {
+            PyErr_SetString(PyExc_RuntimeError, "the list of payloads changed");
+            goto done;
+        }
         PyObject *item = PyList_GET_ITEM(payloads, i), *event = NULL;
         if (!PyBytes_Check(item)) {
             PyErr_SetString(PyExc_TypeError, "events() takes a list of bytes");
             goto done;
         }
+        Py_INCREF(item);
         int rc = message_event(self, (const uint8_t *)PyBytes_AS_STRING(item),
-                               PyBytes_GET_SIZE(item), &before, &after, &key0, &key1, kv, &event);
+                               PyBytes_GET_SIZE(item), &w, &event);
+        Py_DECREF(item);
         if (rc < 0) goto done;
         if (rc == 0) { result = Py_None; Py_INCREF(result); goto done; }
         PyList_SET_ITEM(list, i, event);
@@ -355,8 +599,11 @@ static PyObject *Program_events(Program *self, PyObject *payloads) {
     list = NULL;
 done:
     Py_XDECREF(list);
-    PyMem_Free(kv);
-    PyMem_Free(before.p); PyMem_Free(after.p); PyMem_Free(key0.p); PyMem_Free(key1.p);
+    PyMem_Free(w.kv);
+    PyMem_Free(w.before.p); PyMem_Free(w.after.p); PyMem_Free(w.key0.p); PyMem_Free(w.key1.p);
+    PyMem_Free(w.js.p); PyMem_Free(w.el.p);
+    Py_DECREF(payloads);
+    Py_DECREF(self);
     return result;
 }
 
@@ -364,7 +611,7 @@ done:
 static void Program_dealloc(Program *self) {
     PyMem_Free(self->cols);
     PyMem_Free(self->keys);
-    Py_XDECREF(self->prefixes);
+    Py_XDECREF(self->parts);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -390,30 +637,35 @@ static int Program_init(Program *self, PyObject *args, PyObject *kwds) {
     }
     self->cols = PyMem_Calloc(ncols, sizeof(Col));
     self->keys = PyMem_Calloc(nkeys ? nkeys : 1, sizeof(KeyPart));
-    self->prefixes = PyTuple_New(nkeys);
-    if (!self->cols || !self->keys || !self->prefixes) { PyErr_NoMemory(); return -1; }
+    self->parts = PyTuple_New(nkeys);
+    if (!self->cols || !self->keys || !self->parts) { PyErr_NoMemory(); return -1; }
     self->ncols = (int)ncols;
     for (Py_ssize_t i = 0; i < ncols; i++) {
         Col *c = &self->cols[i];
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, i), "iii", &c->form, &c->uni, &c->key))
             return -1;
-        if (c->form < F_INT || c->form > F_TIMESTAMPTZ || c->key >= nkeys) {
+        if (c->form < F_INT || c->form > F_ARRAY_TEXT || c->key >= nkeys) {
             PyErr_SetString(PyExc_ValueError, "an unknown column form or key slot");
             return -1;
         }
     }
     for (Py_ssize_t n = 0; n < nkeys; n++) {
-        PyObject *prefix;
+        PyObject *prefix, *part = PyTuple_GET_ITEM(keys, n);
         KeyPart *kp = &self->keys[n];
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(keys, n), "iSi", &kp->col, &prefix, &kp->kind))
+        kp->call = NULL;
+        if (!PyArg_ParseTuple(part, "iSi|O", &kp->col, &prefix, &kp->kind, &kp->call))
             return -1;
         if (kp->col < 0 || kp->col >= ncols || self->cols[kp->col].key < 0 || kp->kind < K_INT ||
-            kp->kind > K_DOUBLE) {
+            kp->kind > K_CALL) {
             PyErr_SetString(PyExc_ValueError, "a key part names no key column");
             return -1;
         }
-        Py_INCREF(prefix);
-        PyTuple_SET_ITEM(self->prefixes, n, prefix);
+        if ((kp->kind == K_CALL) != (kp->call != NULL && PyCallable_Check(kp->call))) {
+            PyErr_SetString(PyExc_ValueError, "a K_CALL key part takes a callable, no other");
+            return -1;
+        }
+        Py_INCREF(part); /* holds the prefix and the formatter */
+        PyTuple_SET_ITEM(self->parts, n, part);
         kp->prefix = PyBytes_AS_STRING(prefix);
         kp->prefix_len = PyBytes_GET_SIZE(prefix);
     }

@@ -177,6 +177,16 @@ def _json_float(text: str) -> Any:
     return value if math.isfinite(value) else text
 
 
+# array converter -> how it reads its elements: "int", "double" (_json_float), "bool" or
+# "text"; what the compiled transcoder (compiled.py) reads them as
+_ARRAY_ELEMENT: dict[Callable[[str], Any], str] = {}
+
+
+def array_element(convert: Callable[[str], Any]) -> str | None:
+    """How an array column's converter reads its elements (None: not an array's)."""
+    return _ARRAY_ELEMENT.get(convert)
+
+
 # array oid -> element oid
 _ARRAYS = {
     1000: 16,
@@ -198,6 +208,15 @@ _ARRAYS = {
     3807: 3802,
     1001: 17,
 }
+_ELEMENT_FORM: dict[Callable[[str], Any], str] = {
+    int: "int",
+    _json_float: "double",
+    _bool: "bool",
+    _same: "text",
+}
 for _array, _element in _ARRAYS.items():
     _kind = _BY_OID.get(_element, ("string", _same))[0]
-    _BY_OID[_array] = ("json", _array_of(_number_or_text(_kind)))
+    _read = _number_or_text(_kind)
+    _convert = _array_of(_read)
+    _ARRAY_ELEMENT[_convert] = _ELEMENT_FORM[_read]
+    _BY_OID[_array] = ("json", _convert)
