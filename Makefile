@@ -2,17 +2,23 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: setup test lint bench demo interop
+.PHONY: setup kafka-jars test lint bench demo interop
 
 # System packages: MariaDB and PostgreSQL (tests start private servers; wal2json is the C
 # decoder the PostgreSQL benchmark measures against), a JRE for Spark, the MariaDB JDBC
 # driver for Spark jobs that read tables directly, and the brokers the sinks write to (tests
 # start private NATS, Redis and RabbitMQ servers), and headless Chromium with its driver (the
 # console's tests), and gcc with SQLite's header for the compiled transcoder and page reader
-# (pip install -e . builds them). Installed only when missing.
+# (pip install -e . builds them), and Maven for Kafka's jars. Installed only when missing.
 APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-java postgresql \
 	postgresql-15-wal2json nats-server redis-server rabbitmq-server chromium chromium-driver \
-	gcc libsqlite3-dev
+	gcc libsqlite3-dev maven
+
+# Apache Kafka's jars for the tests' private broker (sluice.testing.kafka), fetched by Maven
+# from java/kafka/pom.xml into a cache outside the tree (~45 jars, 43 MB), once per pom.
+SLUICE_CACHE ?= $(HOME)/.cache/sluice/maven
+KAFKA_VERSION = 4.4.0
+KAFKA_LIBS = $(SLUICE_CACHE)/kafka-$(KAFKA_VERSION)/libs
 
 setup:
 	@missing=""; \
@@ -27,11 +33,25 @@ setup:
 	  command -v chromedriver >/dev/null 2>&1 || missing="yes"; \
 	  command -v gcc >/dev/null 2>&1 || missing="yes"; \
 	  test -f /usr/include/sqlite3.h || missing="yes"; \
+	  command -v mvn >/dev/null 2>&1 || missing="yes"; \
 	  if [ -n "$$missing" ]; then \
 	    (apt-get update -qq || true) && \
 	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); \
 	  fi
 	$(PIP) install -q -e '.[dev]'
+	$(MAKE) --no-print-directory kafka-jars
+
+# Skipped when the cache holds a complete copy for this very pom (its checksum in .pom.sha256,
+# written last: an interrupted copy is redone).
+kafka-jars:
+	@sum=$$(sha256sum java/kafka/pom.xml | cut -c1-64); \
+	  if [ "$$(cat '$(KAFKA_LIBS)/.pom.sha256' 2>/dev/null)" != "$$sum" ]; then \
+	    echo "fetching Kafka $(KAFKA_VERSION)'s jars into $(KAFKA_LIBS)"; \
+	    rm -rf '$(KAFKA_LIBS)' && \
+	    mvn -q -B -f java/kafka/pom.xml dependency:copy-dependencies \
+	      -DoutputDirectory='$(KAFKA_LIBS)' && \
+	    echo "$$sum" > '$(KAFKA_LIBS)/.pom.sha256'; \
+	  fi
 
 test: setup
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile -p no:benchmark
