@@ -1,0 +1,204 @@
+"""A private Apache Kafka broker for the tests: one KRaft node, broker and controller in one
+JVM, in a temp dir on free ports, with the lifecycle of the other private brokers
+(``sluice.testing.brokers``)::
+
+    with PrivateKafka() as kafka:          # formats the storage, starts kafka.Kafka, waits
+        ...                                # kafka.bootstrap == "127.0.0.1:PORT"
+        kafka.kill()                       # SIGKILL: the log stays
+        kafka.restart()                    # same ports, same cluster, same topics
+
+There is no Kafka in Debian's packages or on PyPI: ``make setup`` (its ``kafka-jars`` step)
+has Maven copy Kafka's jars, pinned in ``java/kafka/pom.xml``, into
+``$SLUICE_CACHE/kafka-VERSION/libs`` (``SLUICE_CACHE`` defaults to ``~/.cache/sluice/maven``),
+and this class runs ``java -cp 'libs/*'`` on them. Starting takes about 7 s on a busy
+two-core machine (the JVM, the controller's quorum of one, the broker's registration).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from sluice.testing.brokers import BrokerNotAvailable, _find, _PrivateServer
+from sluice.testing.mariadb import free_port
+
+KAFKA_VERSION = "4.4.0"  # the pom's; the cache folder is named after it
+_HEAP = "-Xmx512m"  # a test broker holds little; the JVM's default is a quarter of the RAM
+_FORMAT_TIMEOUT_S = 120.0
+
+# A combined broker+controller's settings (the ports and paths are added at start). One node,
+# so every internal topic has one replica; topics are only made on purpose.
+_SETTINGS = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.listener.names": "CONTROLLER",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    "num.partitions": "1",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    # After a SIGKILL the dead incarnation stays registered until its session expires, and
+    # the restarted broker cannot register before that (9 s by default: restarts took 13 s)
+    "broker.heartbeat.interval.ms": "1000",
+    "broker.session.timeout.ms": "4000",
+    "auto.create.topics.enable": "false",
+}
+
+# Kafka's own layout, into server.log (the JVM's stdout) like the other brokers' output.
+_LOG4J2 = """\
+rootLogger.level = INFO
+rootLogger.appenderRef.stdout.ref = STDOUT
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+def kafka_libs() -> Path:
+    """The folder ``make kafka-jars`` fills: ``$SLUICE_CACHE/kafka-VERSION/libs``."""
+    cache = os.environ.get("SLUICE_CACHE") or Path.home() / ".cache" / "sluice" / "maven"
+    return Path(cache) / f"kafka-{KAFKA_VERSION}" / "libs"
+
+
+def _check_libs(libs: Path) -> None:
+    # make writes .pom.sha256 after the last jar: without it the copy is missing or partial
+    if not (libs / ".pom.sha256").is_file() or not any(libs.glob("kafka_2.13-*.jar")):
+        raise BrokerNotAvailable(
+            f"Kafka {KAFKA_VERSION}'s jars are not in {libs}; run `make setup` "
+            "(or `make kafka-jars`; SLUICE_CACHE says where the cache is)"
+        )
+
+
+def new_cluster_id() -> str:
+    """What ``kafka-storage random-uuid`` prints (a Uuid in URL-safe base64, never starting
+    with '-'), made here to spare a JVM start."""
+    while True:
+        text = base64.urlsafe_b64encode(os.urandom(16)).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+
+
+class PrivateKafka(_PrivateServer):
+    """A single-node KRaft cluster: PLAINTEXT clients on ``port``, the controller's quorum on
+    ``controller_port``, the log in the temp dir; no auth. Transactions work (the internal
+    topics have one replica), topics are never created implicitly."""
+
+    kind = "kafka"
+    binary = "java"
+    package = "default-jre-headless"  # Kafka 4 needs Java 17; Debian 12's default is 17
+    start_timeout = 120.0
+
+    def __init__(self, base_dir: Path | None = None, *, libs: Path | None = None) -> None:
+        super().__init__(base_dir)
+        self.libs = libs or kafka_libs()
+        self.controller_port = 0
+        self.cluster_id = ""
+
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers`` for a client."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"kafka://{self.bootstrap}"
+
+    @property
+    def properties_path(self) -> Path:
+        return self.base_dir / "server.properties"
+
+    def _prepare(self) -> None:
+        _check_libs(self.libs)
+        while self.controller_port in (0, self.port):
+            self.controller_port = free_port()
+        settings = {
+            **_SETTINGS,
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": (
+                f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+            ),
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(self.data_dir),
+        }
+        self.properties_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        (self.base_dir / "log4j2.properties").write_text(_LOG4J2)
+        meta = self.data_dir / "meta.properties"
+        if meta.exists():  # a restart (or a kept dir): formatted already
+            self.cluster_id = _property(meta, "cluster.id")
+            return
+        self.cluster_id = new_cluster_id()
+        self._format()
+
+    def _format(self) -> None:
+        java = _find(self.binary, self.package)
+        tool = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id]
+        with self.log_path.open("ab") as log:
+            try:
+                done = subprocess.run(
+                    self._java(java, [*tool, "-c", str(self.properties_path)]),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.base_dir,
+                    timeout=_FORMAT_TIMEOUT_S,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                raise BrokerNotAvailable(self._failure("storage format timed out")) from None
+        if done.returncode != 0:
+            raise BrokerNotAvailable(self._failure(f"storage format exited {done.returncode}"))
+
+    def _java(self, java: str, main: Sequence[str]) -> list[str]:
+        log4j = self.base_dir / "log4j2.properties"
+        return [
+            java,
+            _HEAP,
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            "-cp",
+            str(self.libs / "*"),  # the JVM expands it: every jar in the folder
+            *main,
+        ]
+
+    def _command(self, binary: str) -> Sequence[str]:
+        return self._java(binary, ["kafka.Kafka", str(self.properties_path)])
+
+    def _ready(self) -> bool:
+        # The client port opens once the broker is unfenced; a metadata answer naming this
+        # cluster proves it is the broker started here, serving.
+        return self._accepts() and _kafka_cluster_id(self.bootstrap) == self.cluster_id
+
+
+def _property(path: Path, key: str) -> str:
+    for line in path.read_text().splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    raise BrokerNotAvailable(f"{path} has no {key}")
+
+
+def _kafka_cluster_id(bootstrap: str) -> str | None:
+    """The cluster id a Kafka broker answers a metadata request with, or None."""
+    # Imported here: only Kafka needs this client library (confluent-kafka, in the dev extra).
+    from confluent_kafka import KafkaException  # noqa: PLC0415
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})  # a probe: no logs
+    try:
+        metadata = admin.list_topics(timeout=2)
+    except KafkaException:
+        return None
+    return metadata.cluster_id if metadata.brokers else None
+
+
+__all__ = ["KAFKA_VERSION", "PrivateKafka", "kafka_libs", "new_cluster_id"]
