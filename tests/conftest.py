@@ -1,6 +1,6 @@
 """Session fixtures: one private MariaDB (binlog on) and one private PostgreSQL
-(wal_level=logical) for the whole run; private NATS, Redis and RabbitMQ servers for the
-sinks when a test asks for one.
+(wal_level=logical) for the whole run; private NATS, Redis, RabbitMQ and Kafka servers for
+the sinks when a test asks for one.
 
 If a server cannot start, the suite fails (never skips): a skipped suite hides a broken install.
 """
@@ -16,6 +16,7 @@ import pytest
 
 from sluice.testing import PrivateMariaDB
 from sluice.testing.brokers import PrivateNats, PrivateRabbitMQ, PrivateRedis
+from sluice.testing.kafka import PrivateKafka
 from sluice.testing.postgres import PrivatePostgres
 
 _names = itertools.count(1)
@@ -110,6 +111,13 @@ def redis_server() -> Iterator[PrivateRedis]:
 @pytest.fixture(scope="session")
 def rabbitmq_server() -> Iterator[PrivateRabbitMQ]:
     with PrivateRabbitMQ() as server:  # a private node, ~5 s to start; raises BrokerNotAvailable
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kafka_server() -> Iterator[PrivateKafka]:
+    # one KRaft node on the jars `make setup` fetched, ~6-9 s; raises BrokerNotAvailable
+    with PrivateKafka() as server:
         yield server
 
 
