@@ -24,11 +24,13 @@ import pyarrow as pa
 
 from sluice.schemas.avro import TableSchema
 from sluice.schemas.columns import KIND
+from sluice.schemas.compiled import load, pure_python_forced
 
 # Wire forms read here; ``strings`` (SET) takes the row path.
 DECODABLE_WIRES = frozenset({"long", "double", "string", "bytes", "decimal"})
 _U7 = np.uint8(0x7F)
 MAX_DECIMAL_DIGITS = 18  # an unscaled value within 18 digits fits an int64
+_kernels, _MISSING = load("sluice.schemas._kernels", "the compiled column kernels")
 
 
 class Undecodable(ValueError):
@@ -62,7 +64,18 @@ class Images:
 
 
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Zigzag varints at ``pos``: (int64 values, positions after them)."""
+    """Zigzag varints at ``pos``: (int64 values, positions after them); by the compiled
+    kernel (``_kernels.c``) where it is built, ``_numpy_varints`` (its reference) if not."""
+    if _kernels is None or pure_python_forced() or buf.dtype != np.uint8:
+        return _numpy_varints(buf, pos)
+    try:
+        values, ends = _kernels.varints(buf, np.ascontiguousarray(pos, dtype=np.int64))
+    except ValueError as exc:
+        raise Undecodable(str(exc)) from None
+    return np.frombuffer(values, np.int64), np.frombuffer(ends, np.int64)
+
+
+def _numpy_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first = buf[pos]
     raw = (first & _U7).astype(np.uint64)
     end = pos + 1

@@ -1,0 +1,186 @@
+/* Two column kernels of the Arrow paths in one C loop each; the numpy and pyarrow code they
+ * replace stays their reference (SLUICE_PURE_PYTHON=1 takes it; tests compare both).
+ *
+ * concat(n, parts) -> (validity or None, offsets, data): pyarrow's
+ *   binary_join_element_wise(*parts, "") of n rows (a row with a null part is null), where
+ *   each part is bytes (the same text in every row) or an Arrow string array's
+ *   (offset, validity or None, int32 offsets, data) buffers. Raises OverflowError past 2 GiB.
+ * varints(buf, pos) -> (values, ends): the zigzag varints (Avro longs) at each int64
+ *   position of the uint8 buffer buf, as int64 bytearrays, and the positions after them.
+ *   Raises ValueError for a varint longer than ten bytes or running past the buffer.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    int constant;
+    Py_ssize_t offset;
+    Py_buffer valid, offsets, data;
+} Part;
+
+static void release(Part *parts, Py_ssize_t k) {
+    for (Py_ssize_t i = 0; i < k; i++) {
+        if (parts[i].valid.obj) PyBuffer_Release(&parts[i].valid);
+        if (parts[i].offsets.obj) PyBuffer_Release(&parts[i].offsets);
+        if (parts[i].data.obj) PyBuffer_Release(&parts[i].data);
+    }
+    PyMem_Free(parts);
+}
+
+static int get(PyObject *obj, Py_buffer *view) {
+    if (obj == Py_None) return 0;
+    return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
+}
+
+static inline int valid_at(const Part *p, Py_ssize_t row) {
+    if (!p->valid.obj) return 1;
+    Py_ssize_t i = row + p->offset;
+    return ((const uint8_t *)p->valid.buf)[i >> 3] >> (i & 7) & 1;
+}
+
+static int prepare(PyObject *list, Part *parts, Py_ssize_t k, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        Part *p = &parts[i];
+        if (PyBytes_Check(item)) {
+            p->constant = 1;
+            if (get(item, &p->data) < 0) return -1;
+            continue;
+        }
+        PyObject *valid, *offsets, *data;
+        if (!PyArg_ParseTuple(item, "nOOO", &p->offset, &valid, &offsets, &data)) return -1;
+        if (get(valid, &p->valid) < 0 || get(offsets, &p->offsets) < 0 || get(data, &p->data) < 0)
+            return -1;
+        if (p->offset < 0 || (p->offset + n + 1) * 4 > p->offsets.len
+            || (p->valid.obj && (p->offset + n + 7) / 8 > p->valid.len)) {
+            PyErr_SetString(PyExc_ValueError, "a part's buffers are shorter than its rows");
+            return -1;
+        }
+        const int32_t *o = p->offsets.buf;
+        if (n && (o[p->offset] < 0 || o[p->offset + n] > p->data.len)) {
+            PyErr_SetString(PyExc_ValueError, "a part's offsets run past its data");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *concat(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_ssize_t n;
+    PyObject *list;
+    if (!PyArg_ParseTuple(args, "nO!", &n, &PyList_Type, &list)) return NULL;
+    Py_ssize_t k = PyList_GET_SIZE(list);
+    Part *parts = PyMem_Calloc(k ? k : 1, sizeof(Part));
+    if (!parts) return PyErr_NoMemory();
+    PyObject *validity = NULL, *offsets = NULL, *data = NULL, *result = NULL;
+    if (prepare(list, parts, k, n) < 0) goto done;
+    offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    validity = PyBytes_FromStringAndSize(NULL, (n + 7) / 8);
+    if (!offsets || !validity) goto done;
+    int32_t *out = (int32_t *)PyBytes_AS_STRING(offsets);
+    uint8_t *bits = (uint8_t *)PyBytes_AS_STRING(validity);
+    memset(bits, 0, (n + 7) / 8);
+    Py_ssize_t nulls = 0;
+    int64_t total = 0;
+    out[0] = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {  /* each row's length, null where a part is */
+        int64_t len = 0;
+        int valid = 1;
+        for (Py_ssize_t i = 0; i < k && valid; i++) {
+            const Part *p = &parts[i];
+            if (p->constant) { len += p->data.len; continue; }
+            valid = valid_at(p, r);
+            const int32_t *o = (const int32_t *)p->offsets.buf + p->offset + r;
+            len += o[1] - o[0];
+        }
+        if (valid) { bits[r >> 3] |= (uint8_t)(1 << (r & 7)); total += len; }
+        else nulls++;
+        if (total > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "texts past 2 GiB"); goto done; }
+        out[r + 1] = (int32_t)total;
+    }
+    data = PyBytes_FromStringAndSize(NULL, total);
+    if (!data) goto done;
+    char *w = PyBytes_AS_STRING(data);
+    for (Py_ssize_t r = 0; r < n; r++) {
+        if (out[r + 1] == out[r] && !(bits[r >> 3] >> (r & 7) & 1)) continue;
+        for (Py_ssize_t i = 0; i < k; i++) {
+            const Part *p = &parts[i];
+            if (p->constant) {
+                memcpy(w, p->data.buf, p->data.len);
+                w += p->data.len;
+                continue;
+            }
+            const int32_t *o = (const int32_t *)p->offsets.buf + p->offset + r;
+            memcpy(w, (const char *)p->data.buf + o[0], o[1] - o[0]);
+            w += o[1] - o[0];
+        }
+    }
+    if (nulls) result = Py_BuildValue("(OOO)", validity, offsets, data);
+    else result = Py_BuildValue("(OOO)", Py_None, offsets, data);
+done:
+    Py_XDECREF(validity);
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    release(parts, k);
+    return result;
+}
+
+static PyObject *varints(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf, pos;
+    if (!PyArg_ParseTuple(args, "y*y*", &buf, &pos)) return NULL;
+    Py_ssize_t n = pos.len / (Py_ssize_t)sizeof(int64_t);
+    /* bytearrays: numpy views of them are writable, as the reference's arrays */
+    PyObject *values = PyByteArray_FromStringAndSize(NULL, n * 8);
+    PyObject *ends = PyByteArray_FromStringAndSize(NULL, n * 8);
+    PyObject *result = NULL;
+    if (!values || !ends) goto done;
+    const uint8_t *b = buf.buf;
+    const int64_t *at = pos.buf;
+    int64_t *v = (int64_t *)PyByteArray_AS_STRING(values);
+    int64_t *e = (int64_t *)PyByteArray_AS_STRING(ends);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p = at[i];
+        uint64_t raw = 0;
+        int shift = 0;
+        for (;;) {
+            if (p < 0 || p >= buf.len) {
+                PyErr_SetString(PyExc_ValueError, "a varint runs past its buffer");
+                goto done;
+            }
+            uint8_t byte = b[p++];
+            raw |= (uint64_t)(byte & 0x7F) << shift;
+            if (!(byte & 0x80)) break;
+            shift += 7;
+            if (shift > 63) {
+                PyErr_SetString(PyExc_ValueError, "a varint longer than ten bytes");
+                goto done;
+            }
+        }
+        v[i] = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+        e[i] = p;
+    }
+    result = PyTuple_Pack(2, values, ends);
+done:
+    Py_XDECREF(values);
+    Py_XDECREF(ends);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&pos);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"concat", concat, METH_VARARGS, "concat(n, parts) -> (validity, offsets, data)"},
+    {"varints", varints, METH_VARARGS, "varints(buf, pos) -> (values, ends)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_kernels", "Column kernels of the Arrow paths (see arrow_json.py).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

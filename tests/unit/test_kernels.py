@@ -1,0 +1,105 @@
+"""The compiled column kernels (``schemas/_kernels.c``) give exactly what their references
+give: Arrow's ``binary_join_element_wise`` for joined texts, the numpy varint reader, and
+the digit table for the byte-matrix texts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sluice.schemas import arrow_decoder, arrow_json
+from sluice.schemas.arrow_decoder import Undecodable
+
+built = pytest.mark.skipif(
+    arrow_json._kernels is None, reason="the compiled column kernels are not built"
+)
+TEXTS = st.lists(st.none() | st.text(max_size=6), min_size=0, max_size=12)
+
+
+@built
+@settings(max_examples=200, deadline=None)
+@given(
+    st.data(),
+    st.integers(1, 5),
+    st.lists(st.none() | st.text(max_size=4), min_size=1, max_size=6),
+)
+def test_compiled_join_equals_arrows(
+    data: st.DataObject, rows: int, constants: list[str | None]
+) -> None:
+    """Arrays (sliced, with nulls) and constants in any order; a null anywhere is a null row."""
+    parts: list[pa.Array | pa.Scalar | str] = []
+    for constant in constants:
+        if constant is None:
+            extra = data.draw(st.integers(0, 3))
+            values = data.draw(st.lists(st.none() | st.text(max_size=6), min_size=rows + extra,
+                                        max_size=rows + extra))  # fmt: skip
+            start = data.draw(st.integers(0, extra))
+            parts.append(pa.array(values, pa.string()).slice(start, rows))
+        else:
+            parts.append(constant)
+    if not any(isinstance(p, pa.Array) for p in parts):
+        parts.append(pa.array(["x"] * rows))
+    scalars = [pa.scalar(p) if isinstance(p, str) else p for p in parts]
+    compiled = arrow_json._compiled_join(scalars)
+    assert compiled is not None
+    compiled.validate(full=True)
+    assert compiled.to_pylist() == pc.binary_join_element_wise(*scalars, "").to_pylist()
+
+
+@built
+def test_compiled_join_leaves_what_it_does_not_take_to_arrow() -> None:
+    texts = pa.array(["a", "b"])
+    assert arrow_json._compiled_join([texts, pa.scalar(None, pa.string())]) is None
+    assert arrow_json._compiled_join([texts.cast(pa.large_string())]) is None
+    assert arrow_json._compiled_join([pa.scalar("a")]) is None
+    assert arrow_json._join("{", pa.array([], pa.string()), "}").to_pylist() == []
+
+
+def _varint(value: int) -> bytes:
+    zigzag = ((value << 1) ^ (value >> 63)) & ((1 << 64) - 1)
+    out = bytearray()
+    while zigzag >= 0x80:
+        out.append(zigzag & 0x7F | 0x80)
+        zigzag >>= 7
+    return bytes([*out, zigzag])
+
+
+@built
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=40), st.integers(0, 3))
+def test_compiled_varints_equal_numpys(values: list[int], gap: int) -> None:
+    buf, starts = bytearray(), []
+    for value in values:
+        buf += b"\x00" * gap
+        starts.append(len(buf))
+        buf += _varint(value)
+    u8 = np.frombuffer(bytes(buf) + bytes(10), np.uint8)
+    pos = np.asarray(starts, dtype=np.int64)
+    got, ends = arrow_decoder._varints(u8, pos)
+    want, want_ends = arrow_decoder._numpy_varints(u8, pos)
+    assert got.tolist() == want.tolist() == values
+    assert ends.tolist() == want_ends.tolist()
+    ends[:] = 0  # writable, as the reference's arrays
+
+
+@built
+def test_compiled_varints_refuse_what_the_reference_refuses() -> None:
+    eleven = np.frombuffer(b"\xff" * 11 + b"\x00" * 10, np.uint8)
+    for read in (arrow_decoder._varints, arrow_decoder._numpy_varints):
+        with pytest.raises(Undecodable):
+            read(eleven, np.zeros(1, dtype=np.int64))
+    with pytest.raises(Undecodable):
+        arrow_decoder._varints(np.frombuffer(b"\x80\x80", np.uint8), np.zeros(1, np.int64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(1 << 62), 1 << 62), max_size=20), st.integers(1, 19))
+def test_digits_are_the_values_last_digits(values: list[int], width: int) -> None:
+    array = np.asarray(values, dtype=np.int64)
+    got = arrow_json._digits(array, width)
+    want = [((array // 10 ** (width - 1 - k)) % 10 + 48).astype(np.uint8) for k in range(width)]
+    assert [d.tolist() for d in got] == [d.tolist() for d in want]
