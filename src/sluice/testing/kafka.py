@@ -51,6 +51,15 @@ _SETTINGS = {
     "auto.create.topics.enable": "false",
 }
 
+# Eligible leader replicas (KIP-966, on by default since 4.1) off. After a SIGKILL the restarted
+# node first acts on its old metadata: its transaction coordinator sends a committed
+# transaction's markers, fails (it is not registered yet), and retries them once the controller
+# has fenced the dead incarnation and re-registered the new one. With ELR the fencing empties
+# the ISR and the re-election is "unclean": the coordinator then dropped the markers for good,
+# and read_committed consumers never saw that transaction (1 run in 2). Without it the ISR
+# keeps the one replica and the markers went out after every restart tried.
+_FEATURES = ("--feature", "eligible.leader.replicas.version=0")
+
 # Kafka's own layout, into server.log (the JVM's stdout) like the other brokers' output.
 _LOG4J2 = """\
 rootLogger.level = INFO
@@ -141,7 +150,7 @@ class PrivateKafka(_PrivateServer):
 
     def _format(self) -> None:
         java = _find(self.binary, self.package)
-        tool = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id]
+        tool = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id, *_FEATURES]
         with self.log_path.open("ab") as log:
             try:
                 done = subprocess.run(
