@@ -103,3 +103,17 @@ def test_digits_are_the_values_last_digits(values: list[int], width: int) -> Non
     got = arrow_json._digits(array, width)
     want = [((array // 10 ** (width - 1 - k)) % 10 + 48).astype(np.uint8) for k in range(width)]
     assert [d.tolist() for d in got] == [d.tolist() for d in want]
+
+
+@built
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64), st.lists(st.tuples(st.integers(0, 64), st.integers(0, 8))))
+def test_compiled_gather_equals_numpys(data: bytes, ranges: list[tuple[int, int]]) -> None:
+    buf = np.frombuffer(data + bytes(10), np.uint8)
+    ranges = [(a, n) for a, n in ranges if a + n <= len(buf)]
+    starts = np.asarray([a for a, _ in ranges], dtype=np.int64)
+    lengths = np.asarray([n for _, n in ranges], dtype=np.int64)
+    got = arrow_decoder._gather(buf, starts, lengths)
+    assert got.tolist() == arrow_decoder._numpy_gather(buf, starts, lengths).tolist()
+    with pytest.raises(Undecodable):
+        arrow_decoder._gather(buf, np.asarray([len(buf)]), np.asarray([1]))

@@ -8,6 +8,9 @@
  * varints(buf, pos) -> (values, ends): the zigzag varints (Avro longs) at each int64
  *   position of the uint8 buffer buf, as int64 bytearrays, and the positions after them.
  *   Raises ValueError for a varint longer than ten bytes or running past the buffer.
+ * gather(buf, starts, lengths) -> bytearray: the bytes of every [start, start + length)
+ *   range of buf (int64 starts and lengths), concatenated. Raises ValueError for a range
+ *   outside buf.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -172,9 +175,43 @@ done:
     return result;
 }
 
+static PyObject *gather(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer buf, starts, lengths;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &starts, &lengths)) return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *at = starts.buf, *len = lengths.buf;
+    int64_t total = 0;
+    if (lengths.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths differ in length");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (at[i] < 0 || len[i] < 0 || at[i] > buf.len || len[i] > buf.len - at[i]) {
+            PyErr_SetString(PyExc_ValueError, "a range runs past its buffer");
+            goto done;
+        }
+        total += len[i];
+    }
+    out = PyByteArray_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    char *w = PyByteArray_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(w, (const char *)buf.buf + at[i], len[i]);
+        w += len[i];
+    }
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&lengths);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"concat", concat, METH_VARARGS, "concat(n, parts) -> (validity, offsets, data)"},
     {"varints", varints, METH_VARARGS, "varints(buf, pos) -> (values, ends)"},
+    {"gather", gather, METH_VARARGS, "gather(buf, starts, lengths) -> the ranges' bytes"},
     {NULL, NULL, 0, NULL},
 };
 

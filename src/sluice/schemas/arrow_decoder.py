@@ -94,7 +94,21 @@ def _numpy_varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The bytes of every ``[start, start + length)`` range, concatenated."""
+    """The bytes of every ``[start, start + length)`` range, concatenated; by the compiled
+    kernel where it is built, ``_numpy_gather`` (its reference) if not."""
+    if _kernels is None or pure_python_forced() or buf.dtype != np.uint8:
+        return _numpy_gather(buf, starts, lengths)
+    int64 = np.int64
+    try:
+        data = _kernels.gather(
+            buf, np.ascontiguousarray(starts, int64), np.ascontiguousarray(lengths, int64)
+        )
+    except ValueError as exc:
+        raise Undecodable(str(exc)) from None
+    return np.frombuffer(data, np.uint8)
+
+
+def _numpy_gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     total = int(lengths.sum())
     if not total:
         return np.empty(0, dtype=np.uint8)
