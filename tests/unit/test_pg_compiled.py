@@ -220,6 +220,7 @@ def _row(n: int, **changes: str | None) -> list[str | None]:
         {"r": "-1.4e-45", "ai": "{{1,NULL},{NULL,-2147483648}}", "ab": "{{t,f},{NULL,t}}"},
         {"r": "Infinity", "at": '{"","NULL",NULL,"\\"","\\\\",",","{}"," ","\\u00e9"}'},
         {"r": "-Infinity", "af": "{-0,5e-324,NaN,Infinity,-Infinity,1e+308,5}"},
+        {"af": "{1e999,-1e999}", "ab": "{true,tt,t}"},  # texts: not a number, not "t"
         {"r": "3.4028235677973362e+38", "at": '[-1:0][1:1]={{"a b"},{"é😀\\n\x01"}}'},
         {"r": "16777217", "ar": "{1.1,16777217,3.4028235e+38,NaN}", "a8": "{-007,-0}"},
         {"r": "1.17549435e-38", "aj": '{"{\\"a\\": [1, 2]}",NULL,"null"}', "an": "{NaN}"},
