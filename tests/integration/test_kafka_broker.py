@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # its documented home
 
 from sluice.testing.brokers import BrokerNotAvailable
@@ -141,7 +141,19 @@ def test_restart_keeps_the_data(kafka_server: PrivateKafka) -> None:
     assert sorted(_consume(kafka_server, topic, expect=4)) == ["a", "b", "c", "d"]
 
 
-def test_missing_jars_name_make_setup(tmp_path: Path) -> None:
+def test_paused_broker_answers_nothing_until_resumed(kafka_server: PrivateKafka) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap, "log_level": 0})
+    kafka_server.pause()  # SIGSTOP: connections stay open, no answer
+    try:
+        with pytest.raises(KafkaException):
+            admin.list_topics(timeout=2)
+    finally:
+        kafka_server.resume()
+    assert admin.list_topics(timeout=30).cluster_id == kafka_server.cluster_id
+
+
+def test_missing_jars_name_make_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLUICE_KEEP_BROKERS", raising=False)
     kafka = PrivateKafka(libs=tmp_path / "libs")
     try:
         with pytest.raises(BrokerNotAvailable, match="make setup"):
