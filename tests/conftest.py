@@ -116,7 +116,7 @@ def rabbitmq_server() -> Iterator[PrivateRabbitMQ]:
 
 @pytest.fixture(scope="session")
 def kafka_server() -> Iterator[PrivateKafka]:
-    # one KRaft node on the jars `make setup` fetched, ~6-9 s; raises BrokerNotAvailable
+    # one KRaft node on the jars `make setup` fetched, 6-13 s; raises BrokerNotAvailable
     with PrivateKafka() as server:
         yield server
 

@@ -10,8 +10,9 @@ JVM, in a temp dir on free ports, with the lifecycle of the other private broker
 There is no Kafka in Debian's packages or on PyPI: ``make setup`` (its ``kafka-jars`` step)
 has Maven copy Kafka's jars, pinned in ``java/kafka/pom.xml``, into
 ``$SLUICE_CACHE/kafka-VERSION/libs`` (``SLUICE_CACHE`` defaults to ``~/.cache/sluice/maven``),
-and this class runs ``java -cp 'libs/*'`` on them. Starting takes about 7 s on a busy
-two-core machine (the JVM, the controller's quorum of one, the broker's registration).
+and this class runs ``java -cp 'libs/*'`` on them. Starting takes 6-9 s on a two-core machine
+(up to 13 s measured while other tests ran): the JVM, the controller's quorum of one, the
+broker's registration.
 """
 
 from __future__ import annotations
