@@ -2,8 +2,8 @@
  *
  * The compiled twin of the generated row transcoder (transcode.py) and of the numpy run path
  * (runs.py), which stay the reference: the same bytes (tests compare them on every kind).
- * compiled.py decides which relations it can take and describes each column to Program().
- * It reads only the canonical text forms the server sends; anything else (a text Python's
+ * compiled.py describes each column to Program(): every kind types.column_kind gives has a
+ * form here (issue 40), each read as its Python converter reads it. It reads only the canonical text forms the server sends; anything else (a text Python's
  * parsers would take in another spelling, infinity, a BC date, an unchanged TOASTed value, a
  * NULL where the schema has none, a key change) makes events() return None, and the caller
  * transcodes the run by the Python paths, which decide and name a bad column.
