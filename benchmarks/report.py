@@ -169,6 +169,14 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
     for name in ("sinks", "sink_brokers"):
         for label, r in _load(name).get("targets", {}).items():
             add(f"sink {label} >= 1.5x a batched loop of its client (issue 26)", r["ratio"], 1.5)
+    # Issue 40: each sink against its target's own client writing entries built in memory.
+    for name in ("sinks", "sink_brokers"):
+        for label, r in _load(name).get("targets", {}).items():
+            add(
+                f"sink {label} >= 0.8x its client writing the same entries (issue 40)",
+                r.get("ratio_write_only"),
+                0.8,
+            )
     return rows
 
 
