@@ -3,7 +3,7 @@ the same WAL read by two slots, once with it and once with the Python paths
 (``SLUICE_PURE_PYTHON=1``), gives the same windows byte for byte; and every run it takes is
 also transcoded by the row path and must give the same events. Edge values of every kind it
 reads, NULLs, composite keys with JSON escapes, key changes, REPLICA IDENTITY FULL, a table
-without a key, values it hands back (infinity), small and large transactions. Since issue 40
+without a key, runs it hands back (key changes), small and large transactions. Since issue 40
 no table keeps the Python paths: real, time, timetz, bytea, interval, json, jsonb and arrays
 of every mapped element type (``kinds``), keys of real, time, bytea and int[] (``odd_keys``)
 and of jsonb (``json_key``) are all read by it, and their runs are never handed back."""
@@ -101,7 +101,7 @@ EDGES = [
     "(1, 'k', 1, 1, 5e-324, true, 't', 'v', 1.5, '2000-02-29', '2000-02-29 12:34:56.789', "
     "'2024-06-30 23:00:00+00', '[]', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11')",
     "(2, 'k', 2, 2, 1.7976931348623157e308, false, 'f', 'w', 0.1, 'infinity', '-infinity', "
-    "'infinity', '{}', NULL)",  # infinity: the compiled path hands it back
+    "'infinity', '{}', NULL)",  # infinity: the schemas' sentinels (read since issue 40)
 ]
 
 
@@ -272,7 +272,7 @@ def test_the_compiled_path_gives_the_python_paths_bytes_on_a_real_server(
     assert {info["transcoder_why"] for info in python_report["tables"].values()} == {
         "SLUICE_PURE_PYTHON is set"
     }
-    # the runs it handed back (infinity, key changes) are counted, for /metrics too
+    # the runs it handed back (key changes) are counted, for /metrics too
     assert tables["public.edge"]["compiled_refused_messages"] > 0
     assert report["compiled_refused_messages"] >= tables["public.edge"]["compiled_refused_messages"]
     assert "compiled_refused_messages" not in python_report

@@ -4,7 +4,7 @@
  * (runs.py), which stay the reference: the same bytes (tests compare them on every kind).
  * compiled.py describes each column to Program(): every kind types.column_kind gives has a
  * form here (issue 40), each read as its Python converter reads it. It reads only the canonical text forms the server sends; anything else (a text Python's
- * parsers would take in another spelling, infinity, a BC date, an unchanged TOASTed value, a
+ * parsers would take in another spelling, a BC date, an unchanged TOASTed value, a
  * NULL where the schema has none, a key change) makes events() return None, and the caller
  * transcodes the run by the Python paths, which decide and name a bad column.
  */
@@ -76,6 +76,22 @@ typedef struct {
 
 /* -- the server's text forms (refused: 0) ------------------------------------------------- */
 static inline int is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+
+/* infinity/-infinity of dates and timestamps: the schemas' sentinels, as types.py gives them
+ * (columns.DATE_INFINITY..., the extremes of their Avro types) */
+#define DATE_INF INT32_MAX
+#define DATE_MINUS_INF INT32_MIN
+#define MICROS_INF INT64_MAX
+#define MICROS_MINUS_INF INT64_MIN
+
+/* 1 and *out the sentinel when the text is `infinity` or `-infinity`, else 0. */
+static int parse_infinity(const uint8_t *p, Py_ssize_t n, int64_t inf, int64_t minus,
+                          int64_t *out) {
+    if (n == 8 && !memcmp(p, "infinity", 8)) *out = inf;
+    else if (n == 9 && !memcmp(p, "-infinity", 9)) *out = minus;
+    else return 0;
+    return 1;
+}
 
 /* [-]digits within int64, as int() reads them. */
 static int parse_int(const uint8_t *p, Py_ssize_t n, int64_t *out) {
@@ -360,8 +376,13 @@ static int put_key(Program *self, const KeyValue *kv, const Buf *row, Buf *out) 
             out->len += sprintf(out->p + out->len, "%lld", (long long)v->num);
         } else if (kp->kind == K_BOOL) {
             rc = v->num ? put_text(out, "true", 4) : put_text(out, "false", 5);
+        } else if (kp->kind == K_DATE && (v->num == DATE_INF || v->num == DATE_MINUS_INF)) {
+            rc = v->num > 0 ? put_text(out, "\"infinity\"", 10) : put_text(out, "\"-infinity\"", 11);
         } else if (kp->kind == K_DATE) {
             rc = put_date_key(out, v->num);
+        } else if ((kp->kind == K_DATETIME || kp->kind == K_TIMESTAMP) &&
+                   (v->num == MICROS_INF || v->num == MICROS_MINUS_INF)) {
+            rc = v->num > 0 ? put_text(out, "\"infinity\"", 10) : put_text(out, "\"-infinity\"", 11);
         } else if (kp->kind == K_DATETIME || kp->kind == K_TIMESTAMP) {
             rc = put_micros_key(out, v->num, kp->kind == K_TIMESTAMP);
         } else if (kp->kind == K_DOUBLE) {
@@ -444,12 +465,16 @@ static int put_row(Program *self, const uint8_t *data, Py_ssize_t *at, Py_ssize_
             out->len += n;
             break;
         case F_DATE:
-            if (n != 10 || !parse_date(r, n, &v)) return 0;
+            if (!parse_infinity(r, n, DATE_INF, DATE_MINUS_INF, &v) &&
+                (n != 10 || !parse_date(r, n, &v)))
+                return 0;
             put_varint(out, zigzag(v));
             break;
         case F_DATETIME:
         case F_TIMESTAMPTZ:
-            if (!parse_stamp(r, n, c->form == F_TIMESTAMPTZ, &v)) return 0;
+            if (!parse_infinity(r, n, MICROS_INF, MICROS_MINUS_INF, &v) &&
+                !parse_stamp(r, n, c->form == F_TIMESTAMPTZ, &v))
+                return 0;
             put_varint(out, zigzag(v));
             break;
         case F_TIME:
