@@ -87,6 +87,14 @@ class _ServerLog(logging.Logger):
     traceback: a client's mistake is not the server's (issue 40). Any other exception stays
     an ERROR with its traceback."""
 
+    def isEnabledFor(self, level: int) -> bool:  # noqa: N802 - logging's name
+        # Not cached: logging clears the level caches of the loggers it registered only, so
+        # this one (made here, not by getLogger) kept a level computed before a setLevel
+        # elsewhere (a test's caplog.set_level(INFO) found its INFO lines disabled).
+        if self.manager.disable >= level:
+            return False
+        return level >= self.getEffectiveLevel()
+
     def exception(
         self,
         msg: object,
