@@ -3,10 +3,11 @@
  * The compiled twin of the generated row transcoder (transcode.py) and of the numpy run path
  * (runs.py), which stay the reference: the same bytes (tests compare them on every kind).
  * compiled.py describes each column to Program(): every kind types.column_kind gives has a
- * form here (issue 40), each read as its Python converter reads it. It reads only the canonical text forms the server sends; anything else (a text Python's
- * parsers would take in another spelling, a BC date, an unchanged TOASTed value, a
- * NULL where the schema has none, a key change) makes events() return None, and the caller
- * transcodes the run by the Python paths, which decide and name a bad column.
+ * form here (issue 40), each read as its Python converter reads it. It reads only the
+ * canonical text forms the server sends; anything else (a text Python's parsers would take
+ * in another spelling, a BC date, an unchanged TOASTed value, a NULL where the schema has
+ * none, a key change) makes events() return None, and the caller transcodes the run by the
+ * Python paths, which decide and name a bad column.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -358,6 +359,12 @@ static int put_called_key(PyObject *call, const KeyValue *v, Buf *out) {
     return rc;
 }
 
+/* An infinite date's or timestamp's key JSON: date_text/datetime_text/timestamp_text say
+ * infinity or -infinity. */
+static int put_infinity_key(Buf *out, int positive) {
+    return positive ? put_text(out, "\"infinity\"", 10) : put_text(out, "\"-infinity\"", 11);
+}
+
 /* The key's canonical JSON (as RowCodec.key_text makes it) into `out`, from the values put_row
  * left in kv and `row` (its Avro); 0: refused. */
 static int put_key(Program *self, const KeyValue *kv, const Buf *row, Buf *out) {
@@ -377,12 +384,12 @@ static int put_key(Program *self, const KeyValue *kv, const Buf *row, Buf *out) 
         } else if (kp->kind == K_BOOL) {
             rc = v->num ? put_text(out, "true", 4) : put_text(out, "false", 5);
         } else if (kp->kind == K_DATE && (v->num == DATE_INF || v->num == DATE_MINUS_INF)) {
-            rc = v->num > 0 ? put_text(out, "\"infinity\"", 10) : put_text(out, "\"-infinity\"", 11);
+            rc = put_infinity_key(out, v->num > 0);
         } else if (kp->kind == K_DATE) {
             rc = put_date_key(out, v->num);
         } else if ((kp->kind == K_DATETIME || kp->kind == K_TIMESTAMP) &&
                    (v->num == MICROS_INF || v->num == MICROS_MINUS_INF)) {
-            rc = v->num > 0 ? put_text(out, "\"infinity\"", 10) : put_text(out, "\"-infinity\"", 11);
+            rc = put_infinity_key(out, v->num > 0);
         } else if (kp->kind == K_DATETIME || kp->kind == K_TIMESTAMP) {
             rc = put_micros_key(out, v->num, kp->kind == K_TIMESTAMP);
         } else if (kp->kind == K_DOUBLE) {
