@@ -2,7 +2,7 @@
 (issue 40): ``python -m benchmarks.spark_source`` (or ``python -m benchmarks.spark_path
 --source-vs-ceiling``).
 
-One relay holds 1,000,000 events of the 5-column table. The source's own ``read()`` is run
+One relay process holds 1,000,000 events of the 5-column table. The source's own ``read()`` is run
 once outside Spark on each partition of one ``availableNow`` batch (generic columns,
 ``partitions=2``), and the Arrow batches it yields are kept in one Arrow IPC file per
 partition. Then, in each round, two streaming queries drain one ``availableNow`` micro-batch
@@ -19,75 +19,33 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pydantic import SecretStr
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit
 
-from benchmarks.common import SMALL_TABLE_DDL, fill_small_table, table, write_results
+from benchmarks.common import (
+    SMALL_TABLE_DDL,
+    fill_small_table,
+    relay_process,
+    table,
+    write_results,
+)
+from benchmarks.spark_ipc_source import PrebuiltIpcSource
 from sluice.blocking_http import get_json
 from sluice.bootstrap.job import spark_session
 from sluice.capture.mysql.metadata import end_scn
-from sluice.relay import RelayConfig
 from sluice.spark import register
 from sluice.spark.options import parse_options
 from sluice.spark.rows import GENERIC_DDL
 from sluice.spark.source import SluiceStreamReader
-from sluice.testing import PrivateMariaDB, RelayThread
+from sluice.testing import PrivateMariaDB, RelayProcess
 
 # The cases measured: the generic columns with each way of cutting a batch into partitions.
 CASES: dict[str, dict[str, str]] = {
     "generic, split=scn": {"split": "scn"},
     "generic, split=key": {},
 }
-
-
-class _File(InputPartition):
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-
-class _IpcStreamReader(DataSourceStreamReader):
-    """One micro-batch: each partition yields the record batches of one Arrow IPC file."""
-
-    def __init__(self, paths: list[str]) -> None:
-        self.paths = paths
-
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802
-        return {"n": 0}
-
-    def latestOffset(  # noqa: N802
-        self, start: dict[Any, Any] | None = None, limit: ReadLimit | None = None
-    ) -> dict[str, int]:
-        return {"n": 1}
-
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[_File]:
-        return [_File(p) for p in self.paths] if end["n"] > start["n"] else []
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _File)
-        with pa.memory_map(partition.path) as source:
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-
-
-class PrebuiltIpcSource(DataSource):
-    """``format("sluice_ceiling_ipc").option("paths", "a.arrow,b.arrow").option("ddl", ...)``"""
-
-    @classmethod
-    def name(cls) -> str:
-        return "sluice_ceiling_ipc"
-
-    def schema(self) -> str:
-        return str(self.options.get("ddl", GENERIC_DDL))
-
-    def streamReader(self, schema: Any) -> _IpcStreamReader:  # noqa: N802
-        return _IpcStreamReader(str(self.options["paths"]).split(","))
 
 
 def _tree_cpu() -> float:
@@ -158,20 +116,14 @@ def prebuilt(relay: str, case: dict[str, str], work: Path) -> tuple[list[str], i
     return paths, rows, seconds
 
 
-def _relay_with_events(work: Path, events: int) -> tuple[PrivateMariaDB, RelayThread]:
+def _relay_with_events(work: Path, events: int) -> tuple[PrivateMariaDB, RelayProcess]:
+    """A relay process (as deployed: not sharing the driver's GIL) holding ``events``."""
     db = PrivateMariaDB(work / "db").__enter__()
     conn = db.connect()
     with conn.cursor() as cur:
         cur.execute("CREATE DATABASE bench")
         cur.execute(SMALL_TABLE_DDL)
-    config = RelayConfig(
-        source=SecretStr(db.url),
-        tables=["bench.t"],
-        data_dir=work / "relay",
-        port=0,
-        buffer_size=512 << 20,
-    )
-    relay = RelayThread(config).__enter__()
+    relay = relay_process(db.url, "bench.t", work / "relay", "--buffer-size", str(512 << 20))
     with conn.cursor() as cur:
         cur.execute("USE bench")
         fill_small_table(cur, events)
@@ -251,7 +203,7 @@ def run(events: int = 1_000_000, rounds: int = 4) -> dict[str, Any]:
             for i, (name, case) in enumerate(CASES.items())
         }
     finally:
-        relay.__exit__(None, None, None)
+        relay.stop()
         db.__exit__(None, None, None)
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -8,6 +8,11 @@
  * varints(buf, pos) -> (values, ends): the zigzag varints (Avro longs) at each int64
  *   position of the uint8 buffer buf, as int64 bytearrays, and the positions after them.
  *   Raises ValueError for a varint longer than ten bytes or running past the buffer.
+ * datetimes(values, days, suffix) -> (offsets, data): the quoted ISO texts of int64 values
+ *   (days since 1970 when days is true: "YYYY-MM-DD"; else microseconds since 1970:
+ *   "YYYY-MM-DDTHH:MM:SS", ".ffffff" where the fraction is not 0, then suffix), as
+ *   arrow_json's byte matrices write them; None when a value is outside 0001..9999 (the
+ *   caller writes those per value).
  * gather(buf, starts, lengths) -> bytearray: the bytes of every [start, start + length)
  *   range of buf (int64 starts and lengths), concatenated. Raises ValueError for a range
  *   outside buf.
@@ -35,6 +40,16 @@ static void release(Part *parts, Py_ssize_t k) {
 static int get(PyObject *obj, Py_buffer *view) {
     if (obj == Py_None) return 0;
     return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
+}
+
+/* Texts here are mostly a few bytes: a byte loop beats a call to memcpy for them. */
+static inline char *put(char *w, const char *src, Py_ssize_t n) {
+    if (n > 16) {
+        memcpy(w, src, n);
+        return w + n;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) w[i] = src[i];
+    return w + n;
 }
 
 static inline int valid_at(const Part *p, Py_ssize_t row) {
@@ -112,13 +127,11 @@ static PyObject *concat(PyObject *self, PyObject *args) {
         for (Py_ssize_t i = 0; i < k; i++) {
             const Part *p = &parts[i];
             if (p->constant) {
-                memcpy(w, p->data.buf, p->data.len);
-                w += p->data.len;
+                w = put(w, p->data.buf, p->data.len);
                 continue;
             }
             const int32_t *o = (const int32_t *)p->offsets.buf + p->offset + r;
-            memcpy(w, (const char *)p->data.buf + o[0], o[1] - o[0]);
-            w += o[1] - o[0];
+            w = put(w, (const char *)p->data.buf + o[0], o[1] - o[0]);
         }
     }
     if (nulls) result = Py_BuildValue("(OOO)", validity, offsets, data);
@@ -208,9 +221,96 @@ done:
     return out;
 }
 
+/* 0001-01-01 and 9999-12-31 as days since 1970 (arrow_json._MIN_DAY, _MAX_DAY) */
+#define MIN_DAY (-719162LL)
+#define MAX_DAY 2932896LL
+
+static inline int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+static inline char *digits(char *w, int64_t v, int width) {
+    for (int i = width - 1; i >= 0; i--) { w[i] = (char)('0' + v % 10); v /= 10; }
+    return w + width;
+}
+
+static inline char *two(char *w, int64_t v) {  /* 0..99 */
+    w[0] = (char)('0' + v / 10);
+    w[1] = (char)('0' + v % 10);
+    return w + 2;
+}
+
+/* YYYY-MM-DD of days since 1970 (H. Hinnant's civil_from_days, as arrow_json._ymd). */
+static char *ymd(char *w, int64_t days) {
+    int64_t z = days + 719468, era = floor_div(z, 146097), doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    int64_t day = doy - (153 * mp + 2) / 5 + 1, month = mp < 10 ? mp + 3 : mp - 9;
+    int64_t year = yoe + era * 400 + (month <= 2);
+    w = digits(w, year, 4);
+    *w++ = '-';
+    w = digits(w, month, 2);
+    *w++ = '-';
+    return digits(w, day, 2);
+}
+
+static PyObject *datetimes(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer values, suffix;
+    int days;
+    if (!PyArg_ParseTuple(args, "y*py*", &values, &days, &suffix)) return NULL;
+    Py_ssize_t n = values.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t most = days ? 12 : 29 + suffix.len;  /* quotes included */
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4), *result = NULL;
+    PyObject *data = PyBytes_FromStringAndSize(NULL, n * most);
+    if (!offsets || !data || n * most > INT32_MAX) {
+        if (offsets && data) PyErr_SetString(PyExc_OverflowError, "texts past 2 GiB");
+        goto done;
+    }
+    int32_t *out = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *start = PyBytes_AS_STRING(data), *w = start;
+    const int64_t *v = values.buf;
+    out[0] = 0;
+    int64_t last_day = MIN_DAY - 1;  /* the last date's text: rows of a batch share dates */
+    char date[10];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t day = days ? v[i] : floor_div(v[i], 86400000000LL);
+        if (day < MIN_DAY || day > MAX_DAY) { result = Py_None; Py_INCREF(result); goto done; }
+        if (day != last_day) { ymd(date, day); last_day = day; }
+        *w++ = '"';
+        memcpy(w, date, 10);
+        w += 10;
+        if (!days) {
+            int64_t rest = v[i] - day * 86400000000LL;
+            int64_t sec = rest / 1000000, frac = rest % 1000000;
+            *w++ = 'T';
+            w = two(w, sec / 3600);
+            *w++ = ':';
+            w = two(w, sec / 60 % 60);
+            *w++ = ':';
+            w = two(w, sec % 60);
+            if (frac) { *w++ = '.'; w = digits(w, frac, 6); }
+            memcpy(w, suffix.buf, suffix.len);
+            w += suffix.len;
+        }
+        *w++ = '"';
+        out[i + 1] = (int32_t)(w - start);
+    }
+    if (_PyBytes_Resize(&data, w - start) < 0) goto done;
+    result = PyTuple_Pack(2, offsets, data);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    PyBuffer_Release(&values);
+    PyBuffer_Release(&suffix);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"concat", concat, METH_VARARGS, "concat(n, parts) -> (validity, offsets, data)"},
     {"varints", varints, METH_VARARGS, "varints(buf, pos) -> (values, ends)"},
+    {"datetimes", datetimes, METH_VARARGS, "datetimes(values, days, suffix) -> (offsets, data)"},
     {"gather", gather, METH_VARARGS, "gather(buf, starts, lengths) -> the ranges' bytes"},
     {NULL, NULL, 0, NULL},
 };

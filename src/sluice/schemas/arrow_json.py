@@ -119,14 +119,35 @@ def _values(arr: pa.Array) -> np.ndarray:
 
 def _date(arr: pa.Array) -> pa.Array:
     days = _values(arr)
+    compiled = _compiled_dates(arr, days, True, "")
+    if compiled is not None:
+        return compiled
     if not _in_range(days):
         return _quoted(_per_value(date_text)(arr))  # its error, as the row path raises it
     return _fixed_text(arr, [_QUOTE, *_ymd(days), _QUOTE])
 
 
+def _compiled_dates(arr: pa.Array, values: np.ndarray, days: bool, suffix: str) -> pa.Array | None:
+    """The byte matrices' texts of dates (``days``) or datetimes written by the compiled
+    kernel (``_kernels.c`` datetimes); None where it is not built (or not to be used) or a
+    value is outside 0001..9999 (infinities: their texts are written per value)."""
+    if _kernels is None or pure_python_forced():
+        return None
+    written = _kernels.datetimes(np.ascontiguousarray(values, np.int64), days, suffix.encode())
+    if written is None:
+        return None
+    offsets, data = written
+    validity = _validity(np.asarray(arr.is_valid())) if arr.null_count else None
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), len(arr), buffers)
+
+
 def _datetime(suffix: str) -> Text:
     def text(arr: pa.Array) -> pa.Array:
         micros = _values(arr)
+        compiled = _compiled_dates(arr, micros, False, suffix)
+        if compiled is not None:
+            return compiled
         days = np.floor_divide(micros, _DAY_MICROS)
         if not _in_range(days):
             text = timestamp_text if suffix else datetime_text  # infinity has no "Z"
