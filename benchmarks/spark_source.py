@@ -14,7 +14,6 @@ sluice seconds; the order alternates between rounds (the host's speed drifts).
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -48,36 +47,8 @@ CASES: dict[str, dict[str, str]] = {
 }
 
 
-def _tree_cpu() -> float:
-    """CPU seconds of this process and its descendants alive now (Spark's JVM, its Python
-    workers, the relay's thread here): what a query costs however busy the shared host is."""
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
-    mine, total = {os.getpid()}, 0.0
-    while True:
-        more = {p for p, parent in parents.items() if parent in mine} - mine
-        if not more:
-            break
-        mine |= more
-    for pid in mine:
-        total += cpu.get(pid, 0.0)
-    return total
-
-
-def _drain(stream: Any, out: Path) -> tuple[float, float]:
-    """Seconds from a query's start to its end (one availableNow micro-batch into Parquet),
-    and the CPU seconds it took (``_tree_cpu``)."""
-    cpu = _tree_cpu()
+def _drain(stream: Any, out: Path) -> float:
+    """Seconds from a query's start to its end: one availableNow micro-batch into Parquet."""
     began = time.perf_counter()
     (
         stream.writeStream.format("parquet")
@@ -87,7 +58,7 @@ def _drain(stream: Any, out: Path) -> tuple[float, float]:
         .start()
         .awaitTermination()
     )
-    return time.perf_counter() - began, _tree_cpu() - cpu
+    return time.perf_counter() - began
 
 
 def _options(relay: str, case: dict[str, str]) -> dict[str, str]:
@@ -154,13 +125,10 @@ def _case_rounds(
     for r, got in enumerate(per_round):
         print(
             f"  {name} round {r + 1}: sluice {got['sluice_events_per_s']:,} ev/s, ceiling "
-            f"{got['ceiling_rows_per_s']:,} rows/s, ratio {got['sluice_vs_ceiling']:.2f} "
-            f"(CPU: sluice {got['sluice_cpu_s']} s, ceiling {got['ceiling_cpu_s']} s, ratio "
-            f"{got['sluice_vs_ceiling_cpu']:.2f})",
+            f"{got['ceiling_rows_per_s']:,} rows/s, ratio {got['sluice_vs_ceiling']:.2f}",
             flush=True,
         )
     ratios = [p["sluice_vs_ceiling"] for p in per_round]
-    cpu_ratios = [p["sluice_vs_ceiling_cpu"] for p in per_round]
     return {
         "events": rows,
         "read_outside_spark_events_per_s": round(rows / read_s),
@@ -168,26 +136,20 @@ def _case_rounds(
         "sluice_vs_ceiling_worst": min(ratios),
         "sluice_vs_ceiling_best": max(ratios),
         "sluice_vs_ceiling_median": sorted(ratios)[len(ratios) // 2],
-        "sluice_vs_ceiling_cpu_worst": min(cpu_ratios),
-        "sluice_vs_ceiling_cpu_best": max(cpu_ratios),
     }
 
 
 def _round(r: int, rows: int, streams: dict[str, Any], work: Path) -> dict[str, Any]:
-    """One round: both queries, in alternating order; rates, and the ratios of their wall
-    and CPU seconds (ceiling over sluice)."""
+    """One round: both queries, in alternating order; their rates and the ratio."""
     order = list(streams.items())
     if r % 2:
         order.reverse()
     took = {who: _drain(stream, work / f"{who}-{r}") for who, stream in order}
-    (ceiling_s, ceiling_cpu), (sluice_s, sluice_cpu) = took["ceiling"], took["sluice"]
+    ceiling_s, sluice_s = took["ceiling"], took["sluice"]
     return {
         "sluice_events_per_s": round(rows / sluice_s),
         "ceiling_rows_per_s": round(rows / ceiling_s),
         "sluice_vs_ceiling": round(ceiling_s / sluice_s, 2),
-        "sluice_cpu_s": round(sluice_cpu, 2),
-        "ceiling_cpu_s": round(ceiling_cpu, 2),
-        "sluice_vs_ceiling_cpu": round(ceiling_cpu / sluice_cpu, 2),
     }
 
 
@@ -207,13 +169,10 @@ def run(events: int = 1_000_000, rounds: int = 4) -> dict[str, Any]:
         db.__exit__(None, None, None)
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    rows: list[tuple[str, ...]] = [
-        ("case", "sluice / ceiling per round", "CPU ceiling / sluice", "read() alone")
-    ]
+    rows: list[tuple[str, ...]] = [("case", "sluice / ceiling per round", "read() alone")]
     for name, got in cases.items():
         per = ", ".join(f"{p['sluice_vs_ceiling']:.2f}" for p in got["rounds"])
-        cpu = ", ".join(f"{p['sluice_vs_ceiling_cpu']:.2f}" for p in got["rounds"])
-        rows.append((name, per, cpu, f"{got['read_outside_spark_events_per_s']:,} ev/s"))
+        rows.append((name, per, f"{got['read_outside_spark_events_per_s']:,} ev/s"))
     print(table(rows))
     results = {"events": events, "cases": cases}
     print("wrote", write_results("spark_source", results))

@@ -5,6 +5,7 @@ the digit table for the byte-matrix texts."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -147,5 +148,56 @@ def test_compiled_dates_equal_the_byte_matrices(values: list[int | None], kind: 
         else:
             os.environ["SLUICE_PURE_PYTHON"] = before
     compiled.validate(full=True)
+    assert compiled.to_pylist() == reference.to_pylist()
+    assert compiled.buffers()[1:] == reference.buffers()[1:]  # null rows' texts too
+
+
+def _reference(text: Any, arr: pa.Array) -> pa.Array:
+    before = os.environ.get("SLUICE_PURE_PYTHON")
+    os.environ["SLUICE_PURE_PYTHON"] = "1"  # not monkeypatch: hypothesis runs many examples
+    try:
+        return text(arr)
+    finally:
+        if before is None:
+            del os.environ["SLUICE_PURE_PYTHON"]
+        else:
+            os.environ["SLUICE_PURE_PYTHON"] = before
+
+
+@built
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.none() | st.integers(-(1 << 63), (1 << 63) - 1), max_size=20))
+def test_compiled_integers_equal_arrows_cast(values: list[int | None]) -> None:
+    arr = pa.array(values, pa.int64())
+    compiled = arrow_json._number(arr)
+    compiled.validate(full=True)
+    assert compiled.to_pylist() == arr.cast(pa.string()).to_pylist()
+    assert compiled.equals(_reference(arrow_json._number, arr))
+
+
+@built
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.none() | st.integers(-(10**18) + 1, 10**18 - 1), max_size=20),
+    st.integers(0, 18),
+    st.booleans(),
+)
+def test_compiled_decimals_equal_the_byte_matrices(
+    values: list[int | None], scale: int, quoted: bool
+) -> None:
+    """Unscaled values of up to 18 digits, every scale, quoted or bare (uint64), nulls."""
+    unscaled = pa.array([0 if v is None else v for v in values], pa.int64())
+    wide = np.empty((len(values), 2), dtype=np.int64)
+    wide[:, 0] = unscaled.to_numpy()
+    wide[:, 1] = wide[:, 0] >> 63
+    valid = np.asarray([v is not None for v in values])
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if not valid.all() else None
+    arr = pa.Array.from_buffers(
+        pa.decimal128(38, scale), len(values), [validity, pa.py_buffer(wide)]
+    )
+    text = arrow_json._decimal(scale, quoted)
+    compiled = text(arr)
+    compiled.validate(full=True)
+    reference = _reference(text, arr)
     assert compiled.to_pylist() == reference.to_pylist()
     assert compiled.buffers()[1:] == reference.buffers()[1:]  # null rows' texts too

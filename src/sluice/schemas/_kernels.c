@@ -13,6 +13,11 @@
  *   "YYYY-MM-DDTHH:MM:SS", ".ffffff" where the fraction is not 0, then suffix), as
  *   arrow_json's byte matrices write them; None when a value is outside 0001..9999 (the
  *   caller writes those per value).
+ * numbers(values, valid, scale, quoted) -> (offsets, data) or None: int64 values as text,
+ *   "-" where negative, then the integer digits (at least one), then "." and scale fraction
+ *   digits when scale > 0, quoted if asked: what Arrow's cast of integers to strings and
+ *   arrow_json's decimal matrices write. valid: a bool per row (an empty text where false),
+ *   or None. None when a value is INT64_MIN (the reference writes it its own way).
  * gather(buf, starts, lengths) -> bytearray: the bytes of every [start, start + length)
  *   range of buf (int64 starts and lengths), concatenated. Raises ValueError for a range
  *   outside buf.
@@ -307,10 +312,67 @@ done:
     return result;
 }
 
+static PyObject *numbers(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer values, valid = {0};
+    PyObject *valid_obj;
+    int scale, quoted;
+    if (!PyArg_ParseTuple(args, "y*Oip", &values, &valid_obj, &scale, &quoted)) return NULL;
+    PyObject *offsets = NULL, *data = NULL, *result = NULL;
+    Py_ssize_t n = values.len / (Py_ssize_t)sizeof(int64_t);
+    if (valid_obj != Py_None && PyObject_GetBuffer(valid_obj, &valid, PyBUF_SIMPLE) < 0) goto done;
+    if (scale < 0 || scale > 18 || (valid.obj && valid.len < n)) {
+        PyErr_SetString(PyExc_ValueError, "bad scale or validity");
+        goto done;
+    }
+    Py_ssize_t most = 21 + 1 + 2 * quoted + scale;  /* sign, 20 digits, "0.", quotes */
+    if (n * most > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "texts past 2 GiB"); goto done; }
+    offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    data = PyBytes_FromStringAndSize(NULL, n * most);
+    if (!offsets || !data) goto done;
+    int32_t *out = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *start = PyBytes_AS_STRING(data), *w = start;
+    const int64_t *v = values.buf;
+    const uint8_t *ok = valid.obj ? valid.buf : NULL;
+    uint64_t tens = 1;
+    for (int i = 0; i < scale; i++) tens *= 10;
+    out[0] = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!ok || ok[i]) {
+            if (v[i] == INT64_MIN) { result = Py_None; Py_INCREF(result); goto done; }
+            uint64_t m = v[i] < 0 ? (uint64_t)(-v[i]) : (uint64_t)v[i];
+            uint64_t whole = m / tens, frac = m % tens;
+            char buf[24];
+            int k = 24;
+            do { buf[--k] = (char)('0' + whole % 10); whole /= 10; } while (whole);
+            if (quoted) *w++ = '"';
+            if (v[i] < 0) *w++ = '-';
+            memcpy(w, buf + k, 24 - k);
+            w += 24 - k;
+            if (scale) {
+                *w++ = '.';
+                for (int d = scale - 1; d >= 0; d--) { w[d] = (char)('0' + frac % 10); frac /= 10; }
+                w += scale;
+            }
+            if (quoted) *w++ = '"';
+        }
+        out[i + 1] = (int32_t)(w - start);
+    }
+    if (_PyBytes_Resize(&data, w - start) < 0) goto done;
+    result = PyTuple_Pack(2, offsets, data);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(data);
+    PyBuffer_Release(&values);
+    if (valid.obj) PyBuffer_Release(&valid);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"concat", concat, METH_VARARGS, "concat(n, parts) -> (validity, offsets, data)"},
     {"varints", varints, METH_VARARGS, "varints(buf, pos) -> (values, ends)"},
     {"datetimes", datetimes, METH_VARARGS, "datetimes(values, days, suffix) -> (offsets, data)"},
+    {"numbers", numbers, METH_VARARGS, "numbers(values, valid, scale, quoted) -> texts"},
     {"gather", gather, METH_VARARGS, "gather(buf, starts, lengths) -> the ranges' bytes"},
     {NULL, NULL, 0, NULL},
 };

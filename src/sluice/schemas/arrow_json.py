@@ -102,7 +102,29 @@ def _per_value(convert: Callable[[Any], str]) -> Text:
 
 
 def _number(arr: pa.Array) -> pa.Array:
+    if arr.type == pa.int64():
+        valid = np.asarray(arr.is_valid()) if arr.null_count else None
+        compiled = _compiled_numbers(arr, _values(arr), valid, 0, quoted=False)
+        if compiled is not None:
+            return compiled
     return arr.cast(pa.string())
+
+
+def _compiled_numbers(
+    arr: pa.Array, values: np.ndarray, valid: np.ndarray | None, scale: int, quoted: bool
+) -> pa.Array | None:
+    """Integers' (``scale`` 0) and decimals' texts by the compiled kernel (``_kernels.c``
+    numbers): as Arrow's cast and the decimal matrices write them; None where it is not
+    built (or not to be used), or for the one value it leaves to them (int64's minimum)."""
+    if _kernels is None or pure_python_forced():
+        return None
+    written = _kernels.numbers(np.ascontiguousarray(values, np.int64), valid, scale, quoted)
+    if written is None:
+        return None
+    offsets, data = written
+    validity = _validity(np.asarray(arr.is_valid())) if arr.null_count else None
+    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), len(arr), buffers)
 
 
 def _bool(arr: pa.Array) -> pa.Array:
@@ -260,6 +282,9 @@ def _decimal(scale: int, quoted: bool) -> Text:
         """Sign, integer digits (at least one), then ``scale`` fraction digits: a byte
         matrix as for datetimes, the integer part's leading zeros masked out."""
         unscaled = _unscaled(arr)
+        compiled = _compiled_numbers(arr, unscaled, None, scale, quoted)
+        if compiled is not None:
+            return compiled
         magnitude = np.abs(unscaled)
         width = max(len(str(int(magnitude.max(initial=0)))), scale + 1)
         digits = _digits(magnitude, width)
