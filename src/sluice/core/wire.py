@@ -18,10 +18,13 @@ A heartbeat frame (``'SLH1' | 24 | scn u64 | reserved u64``) says "every window 
 
 from __future__ import annotations
 
+import importlib
+import os
 import struct
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sluice.core.event import OPS, TRUNCATE, Op
 from sluice.errors import DecodeError
@@ -312,6 +315,10 @@ def offset_after(
 
 
 _SIZE_HASH_OP = struct.Struct("<IIB")
+try:  # the compiled loop (_wire.c); this module's Python loop is its reference
+    _wire: Any = importlib.import_module("sluice.core._wire")
+except ImportError:
+    _wire = None
 
 
 def filter_window(window: bytes, flt: Filter) -> bytes | None:
@@ -319,6 +326,20 @@ def filter_window(window: bytes, flt: Filter) -> bytes | None:
     One pass over the event headers; runs of kept events are copied as one slice each."""
     if flt.is_open:
         return window
+    if _wire is not None and os.environ.get("SLUICE_PURE_PYTHON", "") in ("", "0"):
+        index, count = flt.partition if flt.partition is not None else (0, 0)
+        try:
+            kept = _wire.keep(window, flt.sources, index, count)
+        except ValueError:  # a corrupt window: the Python loop says what is wrong
+            return _filter_window(window, flt)
+        if kept is None or kept is True:
+            return window if kept else None
+        header = read_window_header(window)
+        return encode_window(header.scn, header.prev_scn, header.ts_ms, [kept[0]], kept[1])
+    return _filter_window(window, flt)
+
+
+def _filter_window(window: bytes, flt: Filter) -> bytes | None:
     header = read_window_header(window)
     unpack, head = _SIZE_HASH_OP.unpack_from, EVENT_HEADER_SIZE
     sources = flt.sources
