@@ -95,7 +95,6 @@ class PieceParser:
         self.piece_bytes = piece_bytes
         self._buf = bytearray()
         self._big: _Big | None = None
-        self._whole = wire.FrameParser()  # checks the frames that come whole
 
     def feed(self, data: bytes) -> list[Frame]:
         self._buf += data
@@ -123,7 +122,7 @@ class PieceParser:
                 raise DecodeError("corrupt stream: unknown frame")
             if len(buf) - pos < length:
                 break
-            out += self._whole.feed(bytes(buf[pos : pos + length]))
+            out.append(wire.frame_at(buf, pos, magic, length))  # checked, copied once
             pos += length
         del buf[:pos]
         return out

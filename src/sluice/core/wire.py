@@ -370,6 +370,16 @@ def _filter_window(window: bytes, flt: Filter) -> bytes | None:
     return encode_window(header.scn, header.prev_scn, header.ts_ms, parts, kept)
 
 
+def frame_at(buf: bytearray, pos: int, magic: bytes, length: int) -> bytes | Heartbeat:
+    """The whole frame of ``length`` bytes at ``pos`` (its magic read): a heartbeat, or the
+    window's record once its checksum holds."""
+    if magic == HEARTBEAT_MAGIC:
+        return Heartbeat(_HEARTBEAT.unpack_from(buf, pos)[2])
+    if not window_is_valid(buf, pos, pos + length):
+        raise DecodeError("corrupt stream: window checksum mismatch")
+    return bytes(buf[pos : pos + length])
+
+
 class FrameParser:
     """Incremental parser of a ``/stream`` body: bytes in, windows and heartbeats out."""
 
@@ -386,12 +396,7 @@ class FrameParser:
                 raise DecodeError("corrupt stream: unknown frame")
             if len(self._buf) - pos < length:
                 break
-            if magic == HEARTBEAT_MAGIC:
-                frames.append(Heartbeat(_HEARTBEAT.unpack_from(self._buf, pos)[2]))
-            else:
-                if not window_is_valid(self._buf, pos, pos + length):
-                    raise DecodeError("corrupt stream: window checksum mismatch")
-                frames.append(bytes(self._buf[pos : pos + length]))
+            frames.append(frame_at(self._buf, pos, magic, length))
             pos += length
         del self._buf[:pos]
         return frames

@@ -167,8 +167,12 @@ class _Column:
         self, valid: np.ndarray, rows: np.ndarray, values: np.ndarray, dtype: type
     ) -> Callable[[], pa.Array]:
         def build() -> pa.Array:
-            full: np.ndarray = np.zeros(len(valid), dtype=dtype)
-            full[rows] = values
+            full: np.ndarray
+            if len(rows) == len(valid):  # every payload has a value: in order already
+                full = np.ascontiguousarray(values, dtype=dtype)
+            else:
+                full = np.zeros(len(valid), dtype=dtype)
+                full[rows] = values
             if pa.types.is_decimal(self.arrow):
                 wide = np.empty((len(full), 2), dtype=np.int64)
                 wide[:, 0], wide[:, 1] = full, full >> 63  # 128-bit two's complement, LE
@@ -190,8 +194,11 @@ class _Column:
         data = _gather(buf, starts, lengths)
 
         def build() -> pa.Array:
-            full = np.zeros(len(valid), dtype=np.int64)
-            full[rows] = lengths
+            if len(rows) == len(valid):  # every payload has a value: in order already
+                full = lengths
+            else:
+                full = np.zeros(len(valid), dtype=np.int64)
+                full[rows] = lengths
             offsets = np.zeros(len(valid) + 1, dtype=np.int64)
             np.cumsum(full, out=offsets[1:])
             large = pa.large_string() if self.wire == "string" else pa.large_binary()

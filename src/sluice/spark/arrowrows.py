@@ -137,6 +137,13 @@ def table_events(events: Events) -> Iterator[tuple[str, int, np.ndarray]]:
     """(source, schema version, the events' indices) of each table version's row events."""
     rows = events.op != TRUNCATE
     group = events.name_index.astype(np.int64) << 16 | events.version
+    if len(group) and rows.all() and group.min() == group.max():  # one table version
+        yield (
+            events.names[int(group[0]) >> 16].decode(),
+            int(group[0]) & 0xFFFF,
+            np.arange(len(group)),
+        )
+        return
     for g in np.unique(group[rows]):
         members = np.flatnonzero((group == g) & rows)
         yield events.names[int(g) >> 16].decode(), int(g) & 0xFFFF, members
