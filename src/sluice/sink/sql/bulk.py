@@ -19,6 +19,7 @@ from sluice.schemas.arrow_decoder import ArrowDecoder, Images
 from sluice.schemas.avro import TableSchema
 from sluice.schemas.columns import Column
 from sluice.sink.columnar import Columnar, TablePart
+from sluice.sink.sql.copy import CopyRows, copy_rows
 from sluice.sink.sql.engines import INFINITE_DAYS, INFINITE_MICROS, Convert, Engine, same
 
 
@@ -65,6 +66,7 @@ class BulkKeyed:
     schema: TableSchema  # the selected columns: the upserted rows' columns, in order
     deletes: list[tuple[object, ...]]
     upserts: list[tuple[object, ...]]
+    copy: CopyRows | None = None  # the upserts as CSV for COPY (then ``upserts`` is empty)
 
 
 def bulk_steps(
@@ -85,10 +87,12 @@ def bulk_steps(
         key = [index[name] for name in part.full.primary_key]
         upserts, deletes = net_effect(images, key)
         selected = [part.full.columns[i] for i in part.keep]
-        rows = _params(engine, selected, [images.after[i].take(upserts) for i in part.keep])
+        after = [images.after[i].take(upserts) for i in part.keep]
+        copy = copy_rows(engine, selected, after)
+        rows = [] if copy is not None else _params(engine, selected, after)
         key_columns = [part.full.columns[i] for i in key]
         gone = _params(engine, key_columns, [images.before[i].take(deletes) for i in key])
-        steps.append(BulkKeyed(table.table, part.schema, gone, rows))
+        steps.append(BulkKeyed(table.table, part.schema, gone, rows, copy))
     return steps
 
 

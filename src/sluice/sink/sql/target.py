@@ -27,6 +27,7 @@ from sluice.schemas.avro import TableSchema
 from sluice.sink.config import SinkConfig
 from sluice.sink.sql.bulk import BulkKeyed, HeldColumns, bulk_steps
 from sluice.sink.sql.connect import DatabaseUrl, connect, is_down, parse_database_url, refusal
+from sluice.sink.sql.copy import copy_upsert
 from sluice.sink.sql.engines import Convert, Postgres, Sqlite
 from sluice.sink.sql.plan import Clear, KeyedChanges, KeylessChange, Step, plan
 from sluice.sink.target import Batch, Change, Delivery, HeldWindowsLost, TargetUnavailable
@@ -91,6 +92,7 @@ class SqlTarget:
         self.bulk_windows = 0  # windows applied through the columnar (Arrow) path
         self.statements = 0
         self.rows = 0
+        self.copied_rows = 0  # of them, upserted through COPY (PostgreSQL bulk groups)
         self.ddl = 0
         self.reconnects = 0
 
@@ -103,6 +105,7 @@ class SqlTarget:
             "bulk_windows": self.bulk_windows,
             "held_windows": self.held,
             "statements": self.statements,
+            "copied_rows": self.copied_rows,
             "rows": self.rows,
             "ddl": self.ddl,
             "reconnects": self.reconnects,
@@ -493,6 +496,13 @@ class SqlTarget:
         key = list(step.schema.primary_key)
         if step.deletes:
             self._execute(cur, self.engine.delete_sql(step.table, key), step.deletes)
+        if step.copy is not None:  # a PostgreSQL group's rows as CSV: COPY, then one upsert
+            assert isinstance(self.engine, Postgres)
+            names = [c.name for c in step.schema.columns]
+            copy_upsert(cur, self.engine, step.table, names, key, step.copy)
+            self.statements += 1
+            self.rows += step.copy.rows
+            self.copied_rows += step.copy.rows
         if step.upserts:
             names = [c.name for c in step.schema.columns]
             sql = self.engine.upsert_sql(step.table, names, key)
