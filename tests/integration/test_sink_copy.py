@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.sink.columnar import Columnar, TablePart
-from sluice.sink.sql.bulk import HeldColumns, bulk_steps
+from sluice.sink.sql.bulk import BulkKeyed, HeldColumns, bulk_steps
 from sluice.sink.sql.copy import COPY_ROWS, copy_rows, copy_upsert
 from sluice.sink.sql.engines import Postgres
 from sluice.testing.postgres import PrivatePostgres
@@ -80,10 +80,10 @@ def conn(postgres: PrivatePostgres, pg_database: str) -> Iterator[Any]:
     connection.close()
 
 
-def _step(rows: list[tuple[Any, ...]]) -> Any:
+def _step(rows: list[tuple[Any, ...]]) -> BulkKeyed:
     """The rows as one held window of inserts, through the bulk decoder."""
     raw = [
-        wire.encode_event(wire.RawEvent(SCHEMA.source, "c", 1, 0, CODEC.encode(None, list(r))))  # type: ignore[arg-type]
+        wire.encode_event(wire.RawEvent(SCHEMA.source, "c", 1, 0, CODEC.encode(None, list(r))))
         for r in rows
     ]
     record = wire.encode_window(9, 8, 0, raw)
