@@ -153,7 +153,7 @@ def _round(r: int, rows: int, streams: dict[str, Any], work: Path) -> dict[str, 
     }
 
 
-def run(events: int = 1_000_000, rounds: int = 4) -> dict[str, Any]:
+def run(events: int = 1_000_000, rounds: int = 8) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="sluice-spark-source-"))
     spark = spark_session("local[2]", "sluice-bench")
     register(spark)
