@@ -1,6 +1,7 @@
-"""A PostgreSQL replica's COPY path (``sink/sql/copy.py``) writes exactly what the parameter
-path (``execute_values``) writes: random groups of rows, through the real bulk decoder, applied
-both ways to a real server, then the two tables compared as the server prints them."""
+"""The replicas' bulk paths write exactly what the parameter paths write: PostgreSQL's COPY
+(``sink/sql/copy.py``) against ``execute_values``, MariaDB's literals built by Arrow
+(``sink/sql/literals.py``) against PyMySQL's ``executemany``. Random groups of rows, through
+the real bulk decoder, applied both ways to a real server, then the two tables compared."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from sluice.core import wire
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.sink.columnar import Columnar, TablePart
 from sluice.sink.sql.bulk import BulkKeyed, HeldColumns, bulk_steps
+from sluice.sink.sql.connect import connect, parse_database_url
 from sluice.sink.sql.copy import COPY_ROWS, copy_rows, copy_upsert
-from sluice.sink.sql.engines import Postgres
+from sluice.sink.sql.engines import Engine, MariaDB, Postgres
+from sluice.testing import PrivateMariaDB
 from sluice.testing.postgres import PrivatePostgres
 
 SCHEMA = TableSchema(
@@ -45,21 +48,22 @@ CODEC = RowCodec(SCHEMA)
 ENGINE = Postgres()
 MICROS = st.integers(-62135596800 * 10**6, 253402300799 * 10**6 + 999999)  # years 1..9999
 TEXT = st.text(st.characters(exclude_characters="\x00", codec="utf-8"), max_size=12)
-ROW = st.tuples(
-    st.integers(-(10**6), 10**6),
-    st.sampled_from(["eu", "us", "", 'a,"b"', "x\ny"]),
-    # 18 digits: more than a double holds (the bulk decoder takes 64-bit unscaled values)
-    st.one_of(st.none(), st.integers(-(10**18), 10**18).map(lambda v: Decimal(v).scaleb(-6))),
-    st.one_of(st.none(), MICROS),
-    st.one_of(st.none(), MICROS),
-    st.one_of(st.none(), st.integers(-719162, 2932896)),
+KEYS = (st.integers(-(10**6), 10**6), st.sampled_from(["eu", "us", "", 'a,"b"', "x\ny"]))
+# 18 digits: more than a double holds (the bulk decoder takes 64-bit unscaled values)
+AMOUNT = st.one_of(st.none(), st.integers(-(10**18), 10**18).map(lambda v: Decimal(v).scaleb(-6)))
+REST = (
     st.one_of(st.none(), st.integers(0, 1)),
     # wider ones are Undecodable for the bulk path: their windows go row by row
     st.one_of(st.none(), st.integers(0, 2**63 - 1).map(Decimal)),
     st.one_of(st.none(), st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                                       lambda inner: st.lists(inner, max_size=3), max_leaves=5)
               .map(lambda v: json.dumps(v, ensure_ascii=False))),
-    st.one_of(st.none(), TEXT),
+)  # fmt: skip
+ROW = st.tuples(
+    *KEYS, AMOUNT,
+    st.one_of(st.none(), MICROS), st.one_of(st.none(), MICROS),
+    st.one_of(st.none(), st.integers(-719162, 2932896)),
+    *REST, st.one_of(st.none(), TEXT),
 )  # fmt: skip
 
 
@@ -80,7 +84,7 @@ def conn(postgres: PrivatePostgres, pg_database: str) -> Iterator[Any]:
     connection.close()
 
 
-def _step(rows: list[tuple[Any, ...]]) -> BulkKeyed:
+def _step(rows: list[tuple[Any, ...]], engine: Engine = ENGINE) -> BulkKeyed:
     """The rows as one held window of inserts, through the bulk decoder."""
     raw = [
         wire.encode_event(wire.RawEvent(SCHEMA.source, "c", 1, 0, CODEC.encode(None, list(r))))
@@ -91,7 +95,7 @@ def _step(rows: list[tuple[Any, ...]]) -> BulkKeyed:
     part = TablePart(SCHEMA.source, SCHEMA, SCHEMA, tuple(range(len(SCHEMA.columns))), "t", starts)
     held = HeldColumns()
     held.add(Columnar(record, (part,), len(rows), lambda: ()), {SCHEMA.source: "t"})
-    (step,) = bulk_steps(held, ENGINE, {})
+    (step,) = bulk_steps(held, engine, {})
     return step
 
 
@@ -140,17 +144,18 @@ def test_copy_writes_what_execute_values_writes(conn: Any, drawn: list[tuple[Any
     conn.commit()
 
 
-def _params_of(rows: list[tuple[Any, ...]]) -> list[tuple[object, ...]]:
-    """The same rows through the parameter path (``bulk._params``), COPY refused."""
+def _params_of(rows: list[tuple[Any, ...]], engine: Engine = ENGINE) -> list[tuple[object, ...]]:
+    """The same rows through the parameter path (``bulk._params``), the bulk paths refused."""
     import sluice.sink.sql.copy as copy_module
+    import sluice.sink.sql.literals as literals_module
 
-    saved = copy_module.COPY_ROWS
-    copy_module.COPY_ROWS = 10**9
+    saved = copy_module.COPY_ROWS, literals_module.LITERAL_ROWS
+    copy_module.COPY_ROWS = literals_module.LITERAL_ROWS = 10**9
     try:
-        step = _step(rows)
+        step = _step(rows, engine)
     finally:
-        copy_module.COPY_ROWS = saved
-    assert step.copy is None
+        copy_module.COPY_ROWS, literals_module.LITERAL_ROWS = saved
+    assert step.copy is None and step.values is None
     return step.upserts
 
 
@@ -166,3 +171,68 @@ def test_a_group_with_a_kind_copy_cannot_print_exactly_keeps_the_parameters() ->
     assert copy_rows(ENGINE, [Column("t", "datetime", True, "timestamp")], [infinite]) is None
     few = pa.array(range(COPY_ROWS - 1), pa.int64())
     assert copy_rows(ENGINE, [Column("a", "int", True, "int")], [few]) is None
+
+
+MARIADB = MariaDB()
+# MariaDB's DATETIME range (both paths send the same text; outside it both are refused)
+MARIA_MICROS = st.integers(-30610224000 * 10**6, 253402300799 * 10**6 + 999999)
+MARIA_ROW = st.tuples(
+    *KEYS, AMOUNT,
+    st.one_of(st.none(), MARIA_MICROS), st.one_of(st.none(), MARIA_MICROS),
+    st.one_of(st.none(), st.integers(-354285, 2932896)),
+    *REST, st.one_of(st.none(), st.text(max_size=12)),  # NUL, \x1a: PyMySQL escapes them
+)  # fmt: skip
+
+
+@pytest.fixture
+def maria(mariadb: PrivateMariaDB, database: str) -> Iterator[Any]:
+    """A connection as the sink opens it (its session settings), to tables of its types."""
+    url = parse_database_url(f"mariadb://root@127.0.0.1:{mariadb.port}/{database}")
+    connection = connect(url, 30.0)
+    columns = ", ".join(
+        f"{MARIADB.quote(c.name)} {MARIADB.column_type(c, 2)}" for c in SCHEMA.columns
+    )
+    with connection.cursor() as cur:
+        for name in ("by_literals", "by_params"):
+            cur.execute(
+                f"CREATE TABLE {name} ({columns}, PRIMARY KEY (id, region))" + MARIADB.table_options
+            )
+    connection.commit()
+    yield connection
+    connection.close()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(MARIA_ROW, min_size=1, max_size=12))
+@example(
+    [
+        (0, 'a,"b"', Decimal("-123456789012.345678"), -30610224000 * 10**6, 253402300799 * 10**6
+         + 999999, -354285, 1, Decimal(2**63 - 1), '{"k": ["ü", null]}', "x\\'\0\x1a\r\n\"y"),
+        (1, "", None, 0, 1, 2932896, 0, Decimal(0), "null", ""),
+    ]
+)  # fmt: skip
+def test_literals_write_what_executemany_writes(maria: Any, drawn: list[tuple[Any, ...]]) -> None:
+    cycle = itertools.islice(itertools.cycle(drawn), COPY_ROWS + len(drawn))
+    rows = [(i, *row[1:]) for i, row in enumerate(cycle)]
+    step = _step(rows, MARIADB)
+    assert step.values is not None and step.values.rows == len(rows) and not step.upserts
+    names = [c.name for c in SCHEMA.columns]
+    with maria.cursor() as cur:
+        cur.execute("DELETE FROM by_literals")
+        cur.execute("DELETE FROM by_params")
+        before, after = MARIADB.upsert_parts("by_literals", names, SCHEMA.primary_key)
+        for chunk in step.values.chunks:
+            cur.execute(before + chunk + after)
+        params = _params_of(rows, MARIADB)
+        cur.executemany(MARIADB.upsert_sql("by_params", names, SCHEMA.primary_key), params)
+        shown = "SELECT * FROM {} ORDER BY id, region"
+        cur.execute(shown.format("by_literals"))
+        written = cur.fetchall()
+        cur.execute(shown.format("by_params"))
+        assert written == cur.fetchall() and len(written) == len(rows)
+    maria.commit()

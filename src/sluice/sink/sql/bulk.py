@@ -21,6 +21,7 @@ from sluice.schemas.columns import Column
 from sluice.sink.columnar import Columnar, TablePart
 from sluice.sink.sql.copy import CopyRows, copy_rows
 from sluice.sink.sql.engines import INFINITE_DAYS, INFINITE_MICROS, Convert, Engine, same
+from sluice.sink.sql.literals import ValueRows, value_rows
 
 
 @dataclass
@@ -67,6 +68,7 @@ class BulkKeyed:
     deletes: list[tuple[object, ...]]
     upserts: list[tuple[object, ...]]
     copy: CopyRows | None = None  # the upserts as CSV for COPY (then ``upserts`` is empty)
+    values: ValueRows | None = None  # or as SQL literals (MariaDB; ``upserts`` empty too)
 
 
 def bulk_steps(
@@ -89,10 +91,12 @@ def bulk_steps(
         selected = [part.full.columns[i] for i in part.keep]
         after = [images.after[i].take(upserts) for i in part.keep]
         copy = copy_rows(engine, selected, after)
-        rows = [] if copy is not None else _params(engine, selected, after)
+        values = value_rows(engine, selected, after) if copy is None else None
+        bulk = copy is not None or values is not None
+        rows = [] if bulk else _params(engine, selected, after)
         key_columns = [part.full.columns[i] for i in key]
         gone = _params(engine, key_columns, [images.before[i].take(deletes) for i in key])
-        steps.append(BulkKeyed(table.table, part.schema, gone, rows, copy))
+        steps.append(BulkKeyed(table.table, part.schema, gone, rows, copy, values))
     return steps
 
 

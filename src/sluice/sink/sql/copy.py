@@ -31,11 +31,9 @@ COPY_ROWS = 64  # fewer rows go as one execute_values statement
 # kinds whose CSV text (as Arrow writes it) PostgreSQL parses to the parameter path's value
 _AS_IS = frozenset({"int", "year", "bit", "decimal", "uint64", "string", "enum", "uuid", "json"})
 _EPOCH = dt.date(1970, 1, 1).toordinal()
-_DAY_MIN, _DAY_MAX = (
-    dt.date(1, 1, 1).toordinal() - _EPOCH,
-    dt.date(9999, 12, 31).toordinal() - _EPOCH,
-)
-_US_MIN, _US_MAX = _DAY_MIN * 86_400_000_000, (_DAY_MAX + 1) * 86_400_000_000 - 1
+# days and microseconds since 1970 of years 1-9999 (Python's calendar: the parameter path's)
+DAYS = (dt.date(1, 1, 1).toordinal() - _EPOCH, dt.date(9999, 12, 31).toordinal() - _EPOCH)
+MICROS = (DAYS[0] * 86_400_000_000, (DAYS[1] + 1) * 86_400_000_000 - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +66,16 @@ def _csv_column(kind: str, arr: pa.Array) -> pa.Array | None:
     if kind == "bool":
         return arr.cast(pa.bool_())
     if kind == "date":
-        return arr.cast(pa.int32()).cast(pa.date32()) if _within(arr, _DAY_MIN, _DAY_MAX) else None
+        return arr.cast(pa.int32()).cast(pa.date32()) if within(arr, *DAYS) else None
     if kind in ("datetime", "timestamp"):
-        if not _within(arr, _US_MIN, _US_MAX):
+        if not within(arr, *MICROS):
             return None  # PostgreSQL's infinities, dates Python's calendar has not
         return arr.cast(pa.timestamp("us", tz="UTC" if kind == "timestamp" else None))
     return None
 
 
-def _within(arr: pa.Array, low: int, high: int) -> bool:
+def within(arr: pa.Array, low: int, high: int) -> bool:
+    """Are the array's values (nulls aside) in ``[low, high]``?"""
     bounds = pc.min_max(arr)
     least, most = bounds["min"].as_py(), bounds["max"].as_py()
     return least is None or (least >= low and most <= high)
@@ -91,8 +90,7 @@ def copy_upsert(
     tag = hashlib.sha256(f"{table}\0{quoted}".encode()).hexdigest()[:16]
     temp = engine.quote(f"sluice_load_{tag}")
     cur.execute(
-        f"CREATE TEMPORARY TABLE IF NOT EXISTS {temp} AS SELECT {quoted} FROM {table} "
-        "WITH NO DATA"
+        f"CREATE TEMPORARY TABLE IF NOT EXISTS {temp} AS SELECT {quoted} FROM {table} WITH NO DATA"
     )
     cur.execute(f"TRUNCATE {temp}")  # what an earlier load left (a rolled back one too)
     cur.copy_expert(

@@ -251,9 +251,19 @@ class MariaDB(Engine):
         return _MARIADB_CONVERT.get(col.kind, same)
 
     def upsert_sql(self, table: str, columns: Sequence[str], key: Sequence[str]) -> str:
+        return f"{self.insert_sql(table, columns)}{self.on_duplicate(columns, key)}"
+
+    def upsert_parts(
+        self, table: str, columns: Sequence[str], key: Sequence[str]
+    ) -> tuple[str, str]:
+        """The upsert around a list of ``(...)`` rows: what goes before it, and after."""
+        names = ", ".join(self.quote(c) for c in columns)
+        return f"INSERT INTO {table} ({names}) VALUES ", self.on_duplicate(columns, key)
+
+    def on_duplicate(self, columns: Sequence[str], key: Sequence[str]) -> str:
         rest = [c for c in columns if c not in key] or list(key[:1])
         update = ", ".join(f"{self.quote(c)} = VALUES({self.quote(c)})" for c in rest)
-        return f"{self.insert_sql(table, columns)} ON DUPLICATE KEY UPDATE {update}"
+        return f" ON DUPLICATE KEY UPDATE {update}"
 
     def delete_one_sql(self, table: str, columns: Sequence[str], nulls: Sequence[bool]) -> str:
         where = " AND ".join(f"{self.quote(c)} <=> %s" for c in columns)

@@ -28,7 +28,7 @@ from sluice.sink.config import SinkConfig
 from sluice.sink.sql.bulk import BulkKeyed, HeldColumns, bulk_steps
 from sluice.sink.sql.connect import DatabaseUrl, connect, is_down, parse_database_url, refusal
 from sluice.sink.sql.copy import copy_upsert
-from sluice.sink.sql.engines import Convert, Postgres, Sqlite
+from sluice.sink.sql.engines import Convert, MariaDB, Postgres, Sqlite
 from sluice.sink.sql.plan import Clear, KeyedChanges, KeylessChange, Step, plan
 from sluice.sink.target import Batch, Change, Delivery, HeldWindowsLost, TargetUnavailable
 
@@ -93,6 +93,7 @@ class SqlTarget:
         self.statements = 0
         self.rows = 0
         self.copied_rows = 0  # of them, upserted through COPY (PostgreSQL bulk groups)
+        self.literal_rows = 0  # or as literals Arrow wrote (MariaDB bulk groups)
         self.ddl = 0
         self.reconnects = 0
 
@@ -106,6 +107,7 @@ class SqlTarget:
             "held_windows": self.held,
             "statements": self.statements,
             "copied_rows": self.copied_rows,
+            "literal_rows": self.literal_rows,
             "rows": self.rows,
             "ddl": self.ddl,
             "reconnects": self.reconnects,
@@ -503,6 +505,15 @@ class SqlTarget:
             self.statements += 1
             self.rows += step.copy.rows
             self.copied_rows += step.copy.rows
+        if step.values is not None:  # a MariaDB group's rows as SQL literals Arrow wrote
+            assert isinstance(self.engine, MariaDB)
+            names = [c.name for c in step.schema.columns]
+            before, after = self.engine.upsert_parts(step.table, names, key)
+            for chunk in step.values.chunks:
+                cur.execute(before + chunk + after)  # no parameters: PyMySQL formats nothing
+            self.statements += len(step.values.chunks)
+            self.rows += step.values.rows
+            self.literal_rows += step.values.rows
         if step.upserts:
             names = [c.name for c in step.schema.columns]
             sql = self.engine.upsert_sql(step.table, names, key)
