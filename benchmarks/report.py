@@ -169,6 +169,17 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
     for name in ("sinks", "sink_brokers"):
         for label, r in _load(name).get("targets", {}).items():
             add(f"sink {label} >= 1.5x a batched loop of its client (issue 26)", r["ratio"], 1.5)
+    # Issue 40: the sluice source against a do-nothing Python source on the same batches.
+    for case, r in _load("spark_source").get("cases", {}).items():
+        ratios = sorted(x["sluice_vs_ceiling"] for x in r.get("rounds", []))
+        if ratios:
+            median = ratios[len(ratios) // 2]
+            rows.append((
+                f"sluice source ({case}) >= 0.9x the Python-source ceiling, median round "
+                "(issue 40)",
+                f"{median}x ({ratios[0]}x-{ratios[-1]}x over {len(ratios)} rounds)",
+                "yes" if median >= 0.9 else "NO",
+            ))  # fmt: skip
     # Issue 40: each sink against its target's own client writing entries built in memory.
     for name in ("sinks", "sink_brokers"):
         for label, r in _load(name).get("targets", {}).items():
