@@ -26,7 +26,7 @@ def _capture(url: str, start: int, stop: int) -> tuple[list[CapturedWindow], Sch
 
     def sink(window: CapturedWindow) -> None:
         windows.append(window)
-        if window.scn >= stop:
+        if window.scn > stop:  # the commit after stop: every earlier one is in
             done.set()
 
     registry = SchemaRegistry()

@@ -310,7 +310,7 @@ def test_postgresql_to_mariadb(
         )
     replica = Replica("mariadb", tmp_path, mariadb, postgres)
     relay_cfg = RelayConfig(
-        source=postgres.source_url(pg_database), tables=["public.acct"],
+        source=postgres.source_url(pg_database, slot=f"acct_{pg_database}"), tables=["public.acct"],
         data_dir=tmp_path / "relay", port=0,
     )  # fmt: skip
     with RelayThread(relay_cfg) as relay, src.cursor() as cur:
@@ -357,7 +357,7 @@ def test_postgresql_infinities_reach_a_postgresql_replica_and_stop_a_mariadb_one
     with src.cursor() as cur:
         cur.execute("CREATE TABLE span (id int PRIMARY KEY, d date, t timestamp, tz timestamptz)")
     relay_cfg = RelayConfig(
-        source=postgres.source_url(pg_database), tables=["public.span"],
+        source=postgres.source_url(pg_database, slot=f"span_{pg_database}"), tables=["public.span"],
         data_dir=tmp_path / "relay", port=0,
     )  # fmt: skip
     values = ["infinity", "-infinity", None, "2024-02-29 10:00:00.25"]
