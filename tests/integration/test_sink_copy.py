@@ -67,6 +67,15 @@ ROW = st.tuples(
 )  # fmt: skip
 
 
+# a database round trip per example; no explain phase (its tracing is slow on Python 3.11)
+BULK_SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
 @pytest.fixture
 def conn(postgres: PrivatePostgres, pg_database: str) -> Iterator[Any]:
     connection = postgres.connect(pg_database)
@@ -99,12 +108,7 @@ def _step(rows: list[tuple[Any, ...]], engine: Engine = ENGINE) -> BulkKeyed:
     return step
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@BULK_SETTINGS
 @given(st.lists(ROW, min_size=1, max_size=12))
 @example(  # the edges, whatever the draws: 18 digits, years 1 and 9999, text CSV must quote
     [
@@ -202,12 +206,7 @@ def maria(mariadb: PrivateMariaDB, database: str) -> Iterator[Any]:
     connection.close()
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@BULK_SETTINGS
 @given(st.lists(MARIA_ROW, min_size=1, max_size=12))
 @example(
     [

@@ -119,12 +119,7 @@ def _compiled_numbers(
     if _kernels is None or pure_python_forced():
         return None
     written = _kernels.numbers(np.ascontiguousarray(values, np.int64), valid, scale, quoted)
-    if written is None:
-        return None
-    offsets, data = written
-    validity = _validity(np.asarray(arr.is_valid())) if arr.null_count else None
-    buffers = [validity, pa.py_buffer(offsets), pa.py_buffer(data)]
-    return pa.Array.from_buffers(pa.string(), len(arr), buffers)
+    return _strings(arr, written)
 
 
 def _bool(arr: pa.Array) -> pa.Array:
@@ -156,6 +151,11 @@ def _compiled_dates(arr: pa.Array, values: np.ndarray, days: bool, suffix: str) 
     if _kernels is None or pure_python_forced():
         return None
     written = _kernels.datetimes(np.ascontiguousarray(values, np.int64), days, suffix.encode())
+    return _strings(arr, written)
+
+
+def _strings(arr: pa.Array, written: tuple[bytes, bytes] | None) -> pa.Array | None:
+    """A kernel's (offsets, data) as a string array with ``arr``'s nulls; None if it refused."""
     if written is None:
         return None
     offsets, data = written
