@@ -33,6 +33,13 @@ log = logging.getLogger(__name__)
 # A stream reads and writes at most this much at a time, and writes the next chunk only once
 # its client has taken the last: a stream's memory is bounded by it, whatever ``max_bytes``.
 CHUNK_BYTES = 256 * 1024
+# A stream's first piece of work up to this size needs no turn: what a client at the head
+# reads (a window or a few); a catching-up stream's first read is bigger and waits its turn
+FREE_FIRST_BYTES = 64 * 1024
+# The work one turn allows: a loop iteration holds this much of the crowd's work per turn, so
+# a client at the head waits behind no more (at 256 KiB its p99 under 200 catching up went
+# 0.9 -> 4.9 ms; at 32 KiB 0.84 ms, the crowd reading as fast as before, /stats p99 0.7 ms)
+TURN_BYTES = 32 * 1024
 
 
 def make_app(relay: RelayView) -> web.Application:
@@ -387,8 +394,13 @@ class _Streamer:
         streams scan the whole buffer each without yielding the loop (issue 40: ``/stats``
         waited 9.6 s)."""
         if self.work + size > self._allowed:
-            await self.turns.take(first=not self.work)
-            self._allowed = self.work + max(size, CHUNK_BYTES)
+            if not self.work and size <= FREE_FIRST_BYTES:
+                # a client at the head: its few bytes at once, as before any turn (behind
+                # 1,000 long polls woken by the same window, its p99 went 0.9 -> 4.9 ms)
+                self._allowed = size
+            else:
+                await self.turns.take(first=not self.work)
+                self._allowed = self.work + max(size, TURN_BYTES)
         self.work += size
 
     async def _write(self, data: bytes) -> None:
