@@ -39,7 +39,7 @@ def run_spark_command(
             if spark is not None:
                 # From another thread: this one is inside a Py4J call (its connection is busy).
                 # The blocked Spark call then returns with an error, reported as Interrupted.
-                threading.Thread(target=cancel_jobs, args=(spark,), daemon=True).start()
+                threading.Thread(target=_cancel_quietly, args=(spark,), daemon=True).start()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -76,3 +76,13 @@ def stop_session(spark: Any, *, stopping: bool) -> None:
             spark.stop()
     except Exception as exc:
         log.debug("Spark's session could not be stopped (its JVM stopped first): %s", exc)
+
+
+def _cancel_quietly(spark: Any) -> None:
+    """Cancel the running jobs; when the JVM got the signal too (SIGTERM to the process
+    group), it is gone and there is nothing to cancel: a DEBUG line, not a thread's
+    traceback on stderr."""
+    try:
+        cancel_jobs(spark)
+    except Exception as exc:  # Py4J's errors: the gateway closed under us
+        log.debug("cancelling Spark's jobs: %r (the JVM stopped too)", exc)
