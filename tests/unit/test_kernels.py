@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from sluice.schemas import arrow_decoder, arrow_json
 from sluice.schemas.arrow_decoder import Undecodable
 
+# Under CI a missing build fails (the tests run on the missing module), never skips.
 built = pytest.mark.skipif(
-    arrow_json._kernels is None, reason="the compiled column kernels are not built"
+    arrow_json._kernels is None and os.environ.get("CI") != "true",
+    reason="the compiled column kernels are not built",
 )
 TEXTS = st.lists(st.none() | st.text(max_size=6), min_size=0, max_size=12)
 

@@ -3,13 +3,19 @@ Python loop keeps: the same window, the same rebuilt record, or nothing."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sluice.core import wire
 
-built = pytest.mark.skipif(wire._wire is None, reason="the compiled relay filter is not built")
+# Under CI a missing build fails (the tests run on the missing module), never skips.
+built = pytest.mark.skipif(
+    wire._wire is None and os.environ.get("CI") != "true",
+    reason="the compiled relay filter is not built",
+)
 SOURCES = [b"db.a", b"db.bb", b"x"]
 event = st.tuples(
     st.sampled_from(SOURCES),
