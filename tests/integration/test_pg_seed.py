@@ -136,7 +136,7 @@ def test_seeded_rows_of_every_type_are_byte_identical_to_captured_ones(
     rng = random.Random(7)
     inserts = [f"INSERT INTO typed VALUES {_typed_row(rng, i)}" for i in range(300)]
     captured, registry = _capture_inserts(postgres, pg_database, "public.typed", inserts, 300)
-    url = postgres.source_url(pg_database)
+    url = postgres.source_url(pg_database, slot=f"s_{pg_database}")
     job, seeded = _seed_in_process(url, tmp_path / "store", ("public.typed",), 37)
     assert len(job.plans[0].ranges) >= 8  # a composite text key cut into ranges
     assert job.schemas["public.typed"].same_shape(registry.versions("public.typed")[-1])
@@ -225,7 +225,7 @@ def test_a_live_seed_beside_a_writer_folds_to_the_exact_table(
             "CASE WHEN g % 5 = 0 THEN NULL ELSE 'item-' || g END, g / 7.0 "
             "FROM generate_series(1, 20000) g"
         )
-    url = postgres.source_url(pg_database)
+    url = postgres.source_url(pg_database, slot=f"s_{pg_database}")
     store = str(tmp_path / "store")
     config = RelayConfig(source=url, tables=["public.orders"], data_dir=tmp_path / "r", port=0)
     with RelayThread(config) as relay:
@@ -284,7 +284,7 @@ def test_what_cannot_be_seeded_is_one_clear_line(
     conn.close()
     store = tmp_path / "store"
     BootstrapStore(str(store)).create(0, ("public.keyless", "public.secret"))
-    url = postgres.source_url(pg_database)
+    url = postgres.source_url(pg_database, slot=f"s_{pg_database}")
     with pytest.raises(ConfigError, match=r"public.keyless has no primary key.*ADD PRIMARY KEY"):
         SeedJob(SeedConfig(url, ("public.keyless",), str(store))).prepare()
     reader = url.replace("postgres@", "reader@")
