@@ -175,7 +175,12 @@ def test_postgres_transaction_of_3x_the_buffer_through_a_relay_sigkill(
     with conn.cursor() as cur:
         cur.execute("CREATE TABLE wide (id int PRIMARY KEY, n bigint, pad text)")
         cur.execute(f"INSERT INTO wide SELECT g, g, '{PAD}' FROM generate_series(1, {ROWS}) g")
-    args = ["--source", postgres.source_url(pg_database, slot=f"big_{pg_database}"), "--port", str(free_port())]
+    args = [
+        "--source",
+        postgres.source_url(pg_database, slot=f"big_{pg_database}"),
+        "--port",
+        str(free_port()),
+    ]
     args += ["--data-dir", str(tmp_path / "relay"), "--table", "public.wide"]
 
     def write(rows: int) -> None:
