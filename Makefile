@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: setup kafka-jars test lint bench demo interop
+.PHONY: setup kafka-jars connect-jars test lint bench demo interop
 
 # System packages: MariaDB and PostgreSQL (tests start private servers; wal2json is the C
 # decoder the PostgreSQL benchmark measures against), a JRE for Spark, the MariaDB JDBC
@@ -19,6 +19,11 @@ APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-jav
 SLUICE_CACHE ?= $(HOME)/.cache/sluice/maven
 KAFKA_VERSION = 4.4.0
 KAFKA_LIBS = $(SLUICE_CACHE)/kafka-$(KAFKA_VERSION)/libs
+# Kafka Connect's worker (sluice.testing.kafka_connect) and Debezium's JDBC sink connector as
+# its plugin, from java/connect/pom.xml (its two profiles), the same way.
+CONNECT_HOME = $(SLUICE_CACHE)/connect-$(KAFKA_VERSION)
+CONNECT_LIBS = $(CONNECT_HOME)/libs
+JDBC_SINK_PLUGIN = $(CONNECT_HOME)/plugins/debezium-connector-jdbc
 
 setup:
 	@missing=""; \
@@ -40,6 +45,7 @@ setup:
 	  fi
 	$(PIP) install -q -e '.[dev]'
 	$(MAKE) --no-print-directory kafka-jars
+	$(MAKE) --no-print-directory connect-jars
 
 # Skipped when the cache holds a complete copy for this very pom (its checksum in .pom.sha256,
 # written last: an interrupted copy is redone).
@@ -51,6 +57,22 @@ kafka-jars:
 	    mvn -q -B -f java/kafka/pom.xml dependency:copy-dependencies \
 	      -DoutputDirectory='$(KAFKA_LIBS)' && \
 	    echo "$$sum" > '$(KAFKA_LIBS)/.pom.sha256'; \
+	  fi
+
+# The plugin's copy leaves out what the worker provides (connect-api, kafka-clients, Jackson: `provided`
+# in the pom, and runtime scope excludes them); each folder gets its stamp last.
+connect-jars:
+	@sum=$$(sha256sum java/connect/pom.xml | cut -c1-64); \
+	  if [ "$$(cat '$(CONNECT_LIBS)/.pom.sha256' 2>/dev/null)" != "$$sum" ] || \
+	     [ "$$(cat '$(JDBC_SINK_PLUGIN)/.pom.sha256' 2>/dev/null)" != "$$sum" ]; then \
+	    echo "fetching Kafka Connect $(KAFKA_VERSION) and its JDBC sink into $(CONNECT_HOME)"; \
+	    rm -rf '$(CONNECT_LIBS)' '$(JDBC_SINK_PLUGIN)' && \
+	    mvn -q -B -f java/connect/pom.xml -P runtime dependency:copy-dependencies \
+	      -DoutputDirectory='$(CONNECT_LIBS)' && \
+	    mvn -q -B -f java/connect/pom.xml -P jdbc-sink dependency:copy-dependencies \
+	      -DincludeScope=runtime -DoutputDirectory='$(JDBC_SINK_PLUGIN)' && \
+	    echo "$$sum" > '$(CONNECT_LIBS)/.pom.sha256' && \
+	    echo "$$sum" > '$(JDBC_SINK_PLUGIN)/.pom.sha256'; \
 	  fi
 
 test: setup

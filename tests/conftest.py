@@ -3,11 +3,14 @@
 the sinks when a test asks for one.
 
 If a server cannot start, the suite fails (never skips): a skipped suite hides a broken install.
+The one exception, outside CI only: Kafka Connect's jars (``make connect-jars``, a separate
+download) may be missing, and its tests skip saying so; under CI=true that fails too.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 from sluice.testing import PrivateMariaDB
 from sluice.testing.brokers import PrivateNats, PrivateRabbitMQ, PrivateRedis
 from sluice.testing.kafka import PrivateKafka
+from sluice.testing.kafka_connect import ConnectJarsMissing, PrivateKafkaConnect
 from sluice.testing.postgres import PrivatePostgres
 
 _names = itertools.count(1)
@@ -119,6 +123,22 @@ def kafka_server() -> Iterator[PrivateKafka]:
     # one KRaft node on the jars `make setup` fetched, 6-13 s; raises BrokerNotAvailable
     with PrivateKafka() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def kafka_connect(kafka_server: PrivateKafka) -> Iterator[PrivateKafkaConnect]:
+    # a standalone worker with Debezium's JDBC sink as its plugin, 1.5-4 s; JsonConverter
+    # with schemas for keys and values. Tests add (and delete) their own connectors.
+    worker = PrivateKafkaConnect(kafka_server.bootstrap)
+    try:
+        worker.start()
+    except ConnectJarsMissing as error:  # any other start failure fails, CI or not
+        worker.stop()
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(str(error))
+    yield worker
+    worker.stop()
 
 
 @pytest.fixture(scope="session")
