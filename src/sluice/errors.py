@@ -4,6 +4,7 @@ Tree::
 
     SluiceError
     ├── ConfigError            bad configuration or arguments (not retriable)
+    │   └── SchemaRejected     a schema registry refused a schema or a request (HTTP 4xx)
     ├── SourceError            the source database refused or failed
     │   ├── SourceSetupError   server settings or privileges are wrong (not retriable)
     │   └── SourceConnectionError  the server went away (retriable)
@@ -13,6 +14,7 @@ Tree::
     ├── WindowTooLarge         a window does not fit in the event buffer
     ├── CheckpointError        a checkpoint is corrupt or from the future (not retriable)
     ├── Interrupted            SIGINT/SIGTERM stopped a command; its work so far is kept
+    ├── RegistryUnavailable    a schema registry could not be reached or failed (retriable)
     └── RelayError             a relay answered with an error
         ├── RelayUnavailable   no relay could be reached (retriable)
         ├── BootstrapRequired  the relay no longer holds the requested SCN (HTTP 410)
@@ -38,6 +40,16 @@ class SluiceError(Exception):
 
 class ConfigError(SluiceError):
     """Bad configuration or arguments; fix the input and try again."""
+
+
+class SchemaRejected(ConfigError):
+    """A schema registry answered a request with an error (HTTP 4xx): ``subject`` and the
+    registry's ``error_code`` (Confluent's, e.g. 42201 invalid schema, 40901 incompatible)."""
+
+    def __init__(self, message: str, *, subject: str | None, error_code: int | None) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.error_code = error_code
 
 
 class SourceError(SluiceError):
@@ -86,6 +98,12 @@ class CheckpointError(SluiceError):
 
 class Interrupted(SluiceError):
     """SIGINT or SIGTERM stopped a command; what it finished is kept (run it again)."""
+
+
+class RegistryUnavailable(SluiceError):
+    """A schema registry could not be reached, or failed (HTTP 5xx): try again later."""
+
+    retriable = True
 
 
 class RelayError(SluiceError):
