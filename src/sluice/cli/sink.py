@@ -65,7 +65,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--format",
         choices=("json", "debezium", "avro"),
-        help="message bodies: Sluice JSON (default), Debezium JSON, Avro payloads",
+        help="message bodies: Sluice JSON (default; Debezium JSON to kafka://), Debezium JSON, "
+        "Avro payloads",
     )
     p.add_argument(
         "--debezium-option",

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sluice.core.names import canonical_source, redact
@@ -59,6 +59,17 @@ class SinkConfig(BaseSettings):
     # window, or at this many rows (exactly once either way: the checkpoint commits with them)
     commit_interval_s: float = Field(default=0.1, ge=0, le=60)
     commit_rows: int = Field(default=20_000, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _format_of_the_kind(cls, values: Any) -> Any:
+        """Kafka speaks Debezium's format unless told otherwise (its users' consumers do)."""
+        if isinstance(values, dict) and values.get("format") is None:
+            to = values.get("to")
+            url = to.get_secret_value() if isinstance(to, SecretStr) else str(to or "")
+            if url.lower().startswith("kafka://"):
+                values = {**values, "format": "debezium"}
+        return values
 
     @field_validator("sources")
     @classmethod

@@ -37,7 +37,7 @@ Format = Literal["json", "debezium", "avro"]
 log = logging.getLogger(__name__)
 _OP_NAMES = {"c": "insert", "u": "update", "d": "delete", "t": "TRUNCATE"}
 CONTENT_TYPES = {"json": "application/json", "debezium": "application/json", "avro": "avro/binary"}
-ROUTE_FIELDS = ("source", "db", "table", "op")
+ROUTE_FIELDS = ("source", "db", "table", "op", "prefix")  # prefix: topic.prefix
 # Snapshot rows: the bootstrap's row cursor holds the row number in its low 48 bits (the
 # generation above); a snapshot window has at most 2**12 rows (the bootstrap sends 500).
 SNAPSHOT_ROWS = (1 << 48) - 1
@@ -83,6 +83,7 @@ class ShapeSettings:
     origin: str = ""
     bodies: bool = True  # False: table targets take images, not formatted bodies
     keys: bool = True  # the canonical key text on each change (Redis's ``key`` field)
+    message_keys: bool = False  # --format debezium: Debezium's key apart (``Change.key_body``)
     filtered_as_deletes: bool = False  # table targets: a row leaving the filter is deleted
     columnar: bool = False  # table targets that decode whole windows (``Batch.columns``)
     parsed: dict[str, Expression | None] = field(default_factory=dict, compare=False)
@@ -221,6 +222,7 @@ class Shaper:
         self._routes: dict[tuple[str, str], str] = {}
         self._debezium: DebeziumWindows | None = None
         self._json_bulk = settings.bodies and settings.format == "json"
+        self._prefix = DebeziumOptions.parse(dict(settings.debezium)).name  # {prefix}
         if settings.format == "debezium" and settings.bodies:
             options = DebeziumOptions.parse(dict(settings.debezium))
             self._debezium = DebeziumWindows(dict(source_info), options)
@@ -343,7 +345,9 @@ class Shaper:
         route = self._routes.get((source, op))
         if route is None:
             db, table = split_source(source)
-            route = self.settings.route.format(source=source, db=db, table=table, op=op)
+            route = self.settings.route.format(
+                source=source, db=db, table=table, op=op, prefix=self._prefix
+            )
             self._routes[(source, op)] = route
         return route
 
@@ -400,12 +404,12 @@ class Shaper:
         if settings.keys and settings.bodies and shape.schema.primary_key:
             key = shape.codec.payload_key(raw.payload)
         before, after = shape.project(before), shape.project(after)
-        body = b""
+        body, key_body = b"", None
         if settings.bodies:
-            body = self._body(window, raw, shape, key, before, after)
+            body, key_body = self._body(window, raw, shape, key, before, after)
         return Change(
             scn, index, raw.source, op, window.ts_ms, raw.schema_version, shape.schema, key,
-            before, after, self.route(raw.source, op), ident, body,
+            before, after, self.route(raw.source, op), ident, body, key_body,
         )  # fmt: skip
 
     def _body(
@@ -416,17 +420,18 @@ class Shaper:
         key: str | None,
         before: list[Any] | None,
         after: list[Any] | None,
-    ) -> bytes:
+    ) -> tuple[bytes, bytes | None]:
+        """The event's body, and its message key where the format has its own
+        (``message_keys``: Debezium's key struct)."""
         fmt = self.settings.format
         if fmt == "avro":
-            return raw.payload
+            return raw.payload, None
         if fmt == "debezium":
             return self._debezium_body(window, raw, shape)
         if shape.all_columns:  # the relay's own JSON text, straight from Avro
             key_text, before_text, after_text = shape.codec.decode_text(raw.payload)
-            return json_line(
-                window.scn, window.ts_ms, raw, key_text, before_text, after_text
-            ).encode()
+            line = json_line(window.scn, window.ts_ms, raw, key_text, before_text, after_text)
+            return line.encode(), None
         event = {
             "scn": window.scn,
             "source": raw.source,
@@ -437,9 +442,11 @@ class Shaper:
             "ts_ms": window.ts_ms,
             "schema_version": raw.schema_version,
         }
-        return json.dumps(event, ensure_ascii=False).encode()
+        return json.dumps(event, ensure_ascii=False).encode(), None
 
-    def _debezium_body(self, window: RecordWindow, raw: wire.RawEvent, shape: _TableShape) -> bytes:
+    def _debezium_body(
+        self, window: RecordWindow, raw: wire.RawEvent, shape: _TableShape
+    ) -> tuple[bytes, bytes | None]:
         assert self._debezium is not None
         formatter = self._debezium.formatter(raw.source, raw.schema_version, window.codec_for)
         key, value = formatter.event(raw.op, raw.payload, window.scn, window.ts_ms, None, True)
@@ -449,8 +456,11 @@ class Shaper:
             for side in ("before", "after"):
                 if isinstance(body.get(side), dict):
                     body[side] = {k: v for k, v in body[side].items() if k in kept}
+        if self.settings.message_keys:
+            key_body = None if key is None else _compact(key)
+            return _compact(value), key_body
         line = {"key": key, "value": value} if self._debezium.options.keys else value
-        return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode()
+        return _compact(line), None
 
     def _truncate_body(self, window: RecordWindow, raw: wire.RawEvent) -> bytes:
         fmt = self.settings.format
@@ -464,3 +474,7 @@ class Shaper:
         if fmt == "avro":
             return b""
         return json_line(window.scn, window.ts_ms, raw, "null", "null", "null").encode()
+
+
+def _compact(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()

@@ -186,6 +186,7 @@ class Sink:
             origin=c.origin or origin_of(source_info),
             bodies=self.bodies,
             keys=getattr(self.target, "wants_keys", True),
+            message_keys=getattr(self.target, "wants_message_keys", False),
             filtered_as_deletes=not self.bodies,
             columnar=getattr(self.target, "takes_columns", False),
         )

@@ -49,7 +49,7 @@ class Change(NamedTuple):
     ``schema`` is the event's table version with only the selected columns (None for a
     truncate), ``before``/``after`` its images as canonical values in that schema's column
     order, ``key`` the canonical key text (sorted, compact JSON; None: no key or a truncate).
-    ``route`` is the rendered routing template (subject, stream, routing key or table name),
+    ``route`` is the rendered routing template (subject, stream, routing key, topic or table),
     ``body`` the event in the sink's format (empty for table targets), ``id`` a stable id
     derived from (origin, SCN, index): the same event always gets the same id.
     """
@@ -67,6 +67,7 @@ class Change(NamedTuple):
     route: str
     id: str
     body: bytes = b""
+    key_body: bytes | None = None  # the message key, where the format has its own (Debezium's)
 
     def headers(self) -> dict[str, str]:
         """Metadata for brokers that carry headers."""

@@ -32,6 +32,9 @@ KINDS: dict[str, TargetKind] = {
     "redis": TargetKind("sluice.sink.redis", "stream", "sluice:{source}", True, "redis"),
     "amqp": TargetKind("sluice.sink.amqp", "routing_key", "{source}", True, "aio-pika"),
     "amqps": TargetKind("sluice.sink.amqp", "routing_key", "{source}", True, "aio-pika"),
+    "kafka": TargetKind(
+        "sluice.sink.kafka", "topic", "{prefix}.{db}.{table}", True, "confluent-kafka"
+    ),
     "http": TargetKind("sluice.sink.webhook", "", "{source}", True, "aiohttp"),
     "https": TargetKind("sluice.sink.webhook", "", "{source}", True, "aiohttp"),
 }

@@ -1,0 +1,252 @@
+"""``sluice sink --to kafka://`` on a real KRaft broker: Debezium's topics, keys, envelopes and
+tombstones, exactly once for a ``read_committed`` consumer through SIGKILLs of the sink and a
+restart of the broker, Kafka's own partitioner, topics made or used as they are, outages shown,
+bad input in one line.
+
+What Kafka holds is compared with what the relay itself renders as Debezium's JSON
+(``sluice tail --format debezium --debezium-option keys=true``), message for message."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from sluice.testing import PrivateMariaDB
+from sluice.testing.kafka import PrivateKafka
+from sluice.testing.relays import RelayThread
+from tests.integration.sink_support import SOURCE_TABLES, SinkProcess, workload
+from tests.integration.support import (
+    create_database,
+    get_json,
+    relay_config,
+    run_sluice,
+    wait_for,
+    wait_relay_caught_up,
+)
+
+pytestmark = pytest.mark.timeout(600)
+TABLES = [t.split(" ", 1)[0] for t in SOURCE_TABLES]
+_ids = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICE_SINK_RETRY_INITIAL_S", "0.1")
+    monkeypatch.setenv("SLUICE_SINK_RETRY_MAX_S", "2")
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    key: Any  # parsed JSON (None: a null key)
+    value: Any  # parsed JSON (None: a tombstone)
+    raw_key: bytes | None
+    headers: dict[str, str]
+
+
+@dataclass
+class Shop:
+    name: str
+    conn: pymysql.Connection[Any]
+    relay: RelayThread
+    tmp: Path
+
+    @property
+    def sources(self) -> list[str]:
+        return [f"{self.name}.{t}" for t in TABLES]
+
+    def topics(self, prefix: str = "sluice") -> list[str]:
+        return [f"{prefix}.{self.name}.{t}" for t in TABLES]
+
+    def sink(self, to: str, *args: str, name: str = "k") -> SinkProcess:
+        return SinkProcess(
+            ["--to", to, "--relay", self.relay.url, "--name", name, *args], self.tmp / "sink.log"
+        )
+
+    def expected(self, *options: str) -> dict[str, list[tuple[Any, Any]]]:
+        """The relay's events as Debezium's (key, value) per topic, tombstones included (a
+        table without a key gets none: a tombstone deletes a key)."""
+        wait_relay_caught_up(self.relay.url, self.conn)
+        args = [sys.executable, "-m", "sluice.cli.main", "tail", "--relay", self.relay.url,
+                "--format", "debezium", "--debezium-option", "keys=true",
+                "--until-caught-up"]  # fmt: skip
+        for option in options:
+            args += ["--debezium-option", option]
+        for source in self.sources:
+            args += ["--source", source]
+        import subprocess
+
+        out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=300)
+        per_topic: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
+        topic = ""
+        for line in out.stdout.splitlines():
+            body = json.loads(line)
+            if body["value"] is not None:
+                source = body["value"]["source"]
+                topic = f"sluice.{source['db']}.{source['table']}"
+            elif body["key"] is None:
+                continue
+            per_topic[topic].append((body["key"], body["value"]))
+        return dict(per_topic)
+
+
+@pytest.fixture
+def shop(mariadb: PrivateMariaDB, tmp_path: Path) -> Iterator[Shop]:
+    name = f"shop_k{next(_ids)}_{uuid.uuid4().hex[:6]}"
+    conn = create_database(mariadb, name, *SOURCE_TABLES)
+    sources = [f"{name}.{t}" for t in TABLES]
+    try:
+        with RelayThread(relay_config(mariadb, sources, tmp_path / "relay")) as relay:
+            yield Shop(name, conn, relay, tmp_path)
+    finally:
+        conn.close()
+
+
+def read_topics(bootstrap: str, topics: list[str], timeout: float = 60) -> dict[str, list[Record]]:
+    """Every committed message of ``topics`` (``read_committed``), in offset order per
+    partition, partitions in order."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"t{uuid.uuid4().hex}",
+        "isolation.level": "read_committed", "enable.partition.eof": True,
+        "enable.auto.commit": False,
+    })  # fmt: skip
+    try:
+        assignment = []
+        for topic in topics:
+            metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+            assert metadata.error is None, metadata.error
+            assignment += [TopicPartition(topic, p, -2) for p in sorted(metadata.partitions)]
+        consumer.assign(assignment)
+        ended: set[tuple[str, int]] = set()
+        out: dict[str, list[Record]] = defaultdict(list)
+        deadline = time.monotonic() + timeout
+        while len(ended) < len(assignment):
+            assert time.monotonic() < deadline, "the topics were not read to their end"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                ended.add((str(message.topic()), message.partition() or 0))
+                continue
+            key, value = message.key(), message.value()
+            out[str(message.topic())].append(
+                Record(
+                    str(message.topic()), message.partition() or 0,
+                    None if key is None else json.loads(key),
+                    None if value is None else json.loads(value), key,
+                    _headers(message.headers()),
+                )
+            )  # fmt: skip
+        for records in out.values():
+            records.sort(key=lambda r: r.partition)  # stable: offsets stay in order
+        return dict(out)
+    finally:
+        consumer.close()
+
+
+def _headers(headers: Any) -> dict[str, str]:
+    return {str(k): bytes(v or b"").decode() for k, v in headers or []}
+
+
+def assert_exactly_once(
+    got: dict[str, list[Record]], expected: dict[str, list[tuple[Any, Any]]]
+) -> None:
+    assert set(got) == set(expected)
+    for topic, records in got.items():
+        ids = [
+            (r.headers["sluice-scn"], r.headers["sluice-index"], r.value is None) for r in records
+        ]
+        twice = [i for i, n in Counter(ids).items() if n > 1]
+        assert not twice, f"{topic}: messages twice: {twice[:10]}"
+        pairs = [(r.key, r.value) for r in records]
+        want = expected[topic]
+        assert len(pairs) == len(want), f"{topic}: {len(pairs)} messages for {len(want)}"
+        assert pairs == want, topic
+        for r in records:
+            if r.value is not None:
+                assert r.headers["sluice-op"] == r.value["op"]
+                assert (
+                    r.headers["sluice-source"]
+                    == f"{r.value['source']['db']}.{r.value['source']['table']}"
+                )
+
+
+# -- exactly once ----------------------------------------------------------------------------
+
+
+def test_exactly_once_through_three_sigkills_and_a_broker_restart(
+    shop: Shop, tmp_path: Path
+) -> None:
+    with PrivateKafka(tmp_path / "kafka") as kafka:
+        sink = shop.sink(f"kafka://{kafka.bootstrap}")
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                workload(shop.conn, 240, pace_s=0.01)
+            except BaseException as exc:
+                errors.append(exc)
+
+        thread = threading.Thread(target=work, daemon=True)
+        sink.start()
+        thread.start()
+        try:
+            for round in range(4):
+                wait_for(lambda: (s := sink.stats()) is not None and s["events"] > 0, 120,
+                         "the sink to commit something")  # fmt: skip
+                if round == 2:  # the broker, once: the sink's transaction goes with it
+                    kafka.kill()
+                    wait_for(lambda: (s := sink.stats()) is not None and not s["target_up"], 60,
+                             "the sink to show Kafka down")  # fmt: skip
+                    kafka.restart()
+                    continue
+                sink.kill()
+                sink.start()
+            thread.join(300)
+            assert not errors, errors
+            wait_relay_caught_up(shop.relay.url, shop.conn)
+            stats = sink.wait_scn(int(get_json(shop.relay.url + "/stats")["max_scn"]))
+            assert stats["delivery"] == "exactly-once" and stats["target_up"], stats
+        finally:
+            sink.stop()
+        got = read_topics(kafka.bootstrap, shop.topics())
+    expected = shop.expected()
+    assert_exactly_once(got, expected)
+    ops = {r.value["op"] for records in got.values() for r in records if r.value}
+    assert ops == {"c", "u", "d"}  # Debezium skips truncates by default
+    assert any(r.value is None for records in got.values() for r in records)  # tombstones
+    log = (tmp_path / "sink.log").read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log[-3000:]
+
+
+def test_bad_urls_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    for url, said in [
+        ("kafka://", "is not HOST:PORT"),
+        ("kafka://host:notaport", "is not HOST:PORT"),
+        ("kafka://h:9092/topic", "has no path"),
+        ("kafka://h:9092?colour=red", "unknown parameter 'colour'"),
+        ("kafka://h:9092?partitions=0", "partitions must be a positive"),
+        ("kafka://h:9092?transactions=maybe", "transactions must be true or false"),
+        ("kafka://h:9092?kafka.acks=1", "kafka.acks is the sink's own"),
+        ("kafka://h:9092?topic=bad%20name", "not a valid Kafka topic name"),
+    ]:
+        result = run_sluice("sink", "--to", url, "--relay", "http://127.0.0.1:1", "--port", "0")
+        assert result.returncode == 2, (url, result.stderr)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and said in lines[0], (url, result.stderr)
