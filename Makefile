@@ -19,11 +19,13 @@ APT_PACKAGES = mariadb-server mariadb-client default-jre-headless libmariadb-jav
 SLUICE_CACHE ?= $(HOME)/.cache/sluice/maven
 KAFKA_VERSION = 4.4.0
 KAFKA_LIBS = $(SLUICE_CACHE)/kafka-$(KAFKA_VERSION)/libs
-# Kafka Connect's worker (sluice.testing.kafka_connect) and Debezium's JDBC sink connector as
-# its plugin, from java/connect/pom.xml (its two profiles), the same way.
+# Kafka Connect's worker (sluice.testing.kafka_connect) with Debezium's JDBC sink connector and
+# its MariaDB source connector (benchmarks/kafka.py's peer) as plugins, from
+# java/connect/pom.xml (its three profiles), the same way.
 CONNECT_HOME = $(SLUICE_CACHE)/connect-$(KAFKA_VERSION)
 CONNECT_LIBS = $(CONNECT_HOME)/libs
 JDBC_SINK_PLUGIN = $(CONNECT_HOME)/plugins/debezium-connector-jdbc
+MARIADB_PLUGIN = $(CONNECT_HOME)/plugins/debezium-connector-mariadb
 
 setup:
 	@missing=""; \
@@ -64,15 +66,19 @@ kafka-jars:
 connect-jars:
 	@sum=$$(sha256sum java/connect/pom.xml | cut -c1-64); \
 	  if [ "$$(cat '$(CONNECT_LIBS)/.pom.sha256' 2>/dev/null)" != "$$sum" ] || \
-	     [ "$$(cat '$(JDBC_SINK_PLUGIN)/.pom.sha256' 2>/dev/null)" != "$$sum" ]; then \
-	    echo "fetching Kafka Connect $(KAFKA_VERSION) and its JDBC sink into $(CONNECT_HOME)"; \
-	    rm -rf '$(CONNECT_LIBS)' '$(JDBC_SINK_PLUGIN)' && \
+	     [ "$$(cat '$(JDBC_SINK_PLUGIN)/.pom.sha256' 2>/dev/null)" != "$$sum" ] || \
+	     [ "$$(cat '$(MARIADB_PLUGIN)/.pom.sha256' 2>/dev/null)" != "$$sum" ]; then \
+	    echo "fetching Kafka Connect $(KAFKA_VERSION), its JDBC sink and MariaDB source into $(CONNECT_HOME)"; \
+	    rm -rf '$(CONNECT_LIBS)' '$(JDBC_SINK_PLUGIN)' '$(MARIADB_PLUGIN)' && \
 	    mvn -q -B -f java/connect/pom.xml -P runtime dependency:copy-dependencies \
 	      -DoutputDirectory='$(CONNECT_LIBS)' && \
 	    mvn -q -B -f java/connect/pom.xml -P jdbc-sink dependency:copy-dependencies \
 	      -DincludeScope=runtime -DoutputDirectory='$(JDBC_SINK_PLUGIN)' && \
+	    mvn -q -B -f java/connect/pom.xml -P mariadb-source dependency:copy-dependencies \
+	      -DincludeScope=runtime -DoutputDirectory='$(MARIADB_PLUGIN)' && \
 	    echo "$$sum" > '$(CONNECT_LIBS)/.pom.sha256' && \
-	    echo "$$sum" > '$(JDBC_SINK_PLUGIN)/.pom.sha256'; \
+	    echo "$$sum" > '$(JDBC_SINK_PLUGIN)/.pom.sha256' && \
+	    echo "$$sum" > '$(MARIADB_PLUGIN)/.pom.sha256'; \
 	  fi
 
 test: setup
