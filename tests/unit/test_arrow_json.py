@@ -12,13 +12,17 @@ from hypothesis import strategies as st
 
 from sluice.schemas import Column, RowCodec, TableSchema
 from sluice.schemas.arrow_decoder import ArrowDecoder
-from sluice.schemas.arrow_json import ArrowJson
+from sluice.schemas.arrow_json import UNESCAPED_KINDS, ArrowJson, value_texts
 from sluice.schemas.columns import (
     DATE_INFINITY,
     DATE_MINUS_INFINITY,
     MICROS_INFINITY,
     MICROS_MINUS_INFINITY,
+    date_text,
+    datetime_text,
+    timestamp_text,
 )
+from sluice.sink.sql.engines import Sqlite
 from tests.unit.test_arrow_decoder import KINDS
 from tests.unit.test_arrow_decoder import _fill as _filled
 
@@ -83,3 +87,39 @@ def test_texts_equal_the_row_decoder(
         want = codec.decode_text(payload)
         assert (texts[0][n], texts[1][n], texts[2][n]) == want
         assert texts[3][n] == codec.decode_text(payload, canonical_key=True)[0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(image, min_size=1, max_size=20), st.booleans())
+def test_value_texts_equal_the_converters(rows: list[Any], nullable: bool) -> None:
+    """A SQLite replica's bulk path takes dates, times and decimals as Arrow's texts less
+    their quotes: the very values its per-value converter gives (``Sqlite.converter``)."""
+    schema = _schema(nullable, ("c0",))
+    codec = RowCodec(schema)
+    images = [
+        [_fill(i, None if row is None else row[i], nullable) for i in range(len(JSON_KINDS))]
+        for row in rows
+    ]
+    payloads = [codec.encode(None, img) for img in images]
+    starts = np.cumsum([0] + [len(p) for p in payloads[:-1]])
+    decoded = ArrowDecoder(schema).images(np.frombuffer(b"".join(payloads), np.uint8), starts)
+    checked = set()
+    for col, arr in zip(schema.columns, decoded.after, strict=True):
+        if col.kind not in UNESCAPED_KINDS:
+            continue
+        convert = Sqlite().converter(col)
+        want = [None if v is None else convert(v) for v in arr.to_pylist()]
+        assert value_texts(col, arr).to_pylist() == want, col.kind
+        checked.add(col.kind)
+    assert checked == UNESCAPED_KINDS
+
+
+def test_a_datetime_of_a_dates_infinity_is_an_ordinary_datetime() -> None:
+    """+-2**31 are a date's infinities, but as microseconds they are 00:35:47.483647 after
+    (and 23:24:12.516352 before) 1970: the row decoder called them "infinity"."""
+    assert datetime_text(2**31 - 1) == "1970-01-01T00:35:47.483647"
+    assert timestamp_text(-(2**31)) == "1969-12-31T23:24:12.516352Z"
+    assert (datetime_text(MICROS_INFINITY), date_text(DATE_MINUS_INFINITY)) == (
+        "infinity",
+        "-infinity",
+    )

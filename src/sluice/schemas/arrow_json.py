@@ -442,6 +442,19 @@ def _pairs(
     return out
 
 
+# Kinds whose canonical JSON value is a string that never needs escaping: their texts less
+# the quotes are the values themselves (``value_texts``).
+UNESCAPED_KINDS = frozenset({"date", "datetime", "timestamp", "time", "decimal"})
+
+
+def value_texts(col: Column, arr: pa.Array) -> pa.Array:
+    """``KIND[col.kind].canonical_json()`` of each value (an ISO date or time, a decimal's
+    digits) for a kind in ``UNESCAPED_KINDS``; nulls stay null."""
+    if col.kind not in UNESCAPED_KINDS:
+        raise ValueError(f"the JSON value of {col.kind} is not a plain text")
+    return pc.utf8_slice_codeunits(_column_text(col)(arr), 1, -1)
+
+
 def json_strings(arr: pa.Array) -> pa.Array:
     """Texts as JSON strings (``json.dumps(v, ensure_ascii=False)``); nulls stay null."""
     return _string(arr)

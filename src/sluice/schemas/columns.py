@@ -38,6 +38,10 @@ INFINITE = {
     MICROS_INFINITY: "infinity",
     MICROS_MINUS_INFINITY: "-infinity",
 }
+# Apart, per kind: a date's infinities (+-2**31) are ordinary microseconds (00:35:47.483647
+# after 1970), and a timestamp of them is not infinite.
+_INFINITE_DAYS = {DATE_INFINITY: "infinity", DATE_MINUS_INFINITY: "-infinity"}
+_INFINITE_MICROS = {MICROS_INFINITY: "infinity", MICROS_MINUS_INFINITY: "-infinity"}
 
 
 # -- JSON text of canonical values (also the generated decoders' converters) -----------------
@@ -48,8 +52,8 @@ def date_text(days: int) -> str:
     """ISO date of days since 1970-01-01 (cached: tables hold few distinct dates);
     ``infinity``/``-infinity`` for the infinite dates."""
     text = _days_text.get(days)
-    if text is None and days in INFINITE:
-        return INFINITE[days]
+    if text is None and days in _INFINITE_DAYS:
+        return _INFINITE_DAYS[days]
     if text is None:
         if len(_days_text) > 1 << 16:
             _days_text.clear()
@@ -60,8 +64,8 @@ def date_text(days: int) -> str:
 def datetime_text(micros: int) -> str:
     """``datetime.isoformat()`` of microseconds since 1970, without building a datetime;
     ``infinity``/``-infinity`` for the infinite timestamps."""
-    if micros in INFINITE:
-        return INFINITE[micros]
+    if micros in _INFINITE_MICROS:
+        return _INFINITE_MICROS[micros]
     days, rest = divmod(micros, _DAY_MICROS)
     seconds, frac = divmod(rest, 1_000_000)
     minutes, sec = divmod(seconds, 60)
@@ -73,7 +77,7 @@ def datetime_text(micros: int) -> str:
 
 def timestamp_text(micros: int) -> str:
     text = datetime_text(micros)
-    return text if micros in INFINITE else text + "Z"
+    return text if micros in _INFINITE_MICROS else text + "Z"
 
 
 def time_text(micros: int) -> str:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.schemas.arrow_decoder import ArrowDecoder, Images
+from sluice.schemas.arrow_json import value_texts
 from sluice.schemas.avro import TableSchema
 from sluice.schemas.columns import Column
 from sluice.sink.columnar import Columnar, TablePart
@@ -149,7 +150,9 @@ def _params(
     for col, arr in zip(columns, arrays, strict=True):
         convert: Convert = engine.converter(col)
         arrow = engine.arrow_type(col)
-        if arrow is not None and not _infinite(arr, arrow):
+        if col.kind in engine.json_texts:
+            values.append(value_texts(col, arr).to_pylist())
+        elif arrow is not None and not _infinite(arr, arrow):
             values.append(_cast(arr, arrow).to_pylist())
         elif convert is same:
             values.append(arr.to_pylist())

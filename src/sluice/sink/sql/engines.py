@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.errors import SluiceError
+from sluice.schemas.arrow_json import UNESCAPED_KINDS
 from sluice.schemas.columns import (
     DATE_INFINITY,
     DATE_MINUS_INFINITY,
@@ -104,6 +105,9 @@ class Engine(ABC):
         return self.arrow_types.get(col.kind)
 
     arrow_types: dict[str, pa.DataType] = {}
+    # Kinds whose converter is the canonical JSON value, a text Arrow writes for a whole
+    # column (``arrow_json.value_texts``): the bulk path takes those instead.
+    json_texts: frozenset[str] = frozenset()
 
     def create_table(self, table: str, columns: Sequence[Column], key: Sequence[str]) -> str:
         defs = [
@@ -304,6 +308,7 @@ _MARIADB_CONVERT: dict[str, Convert] = {
 class Sqlite(Engine):
     name = "sqlite"
     param = "?"
+    json_texts = UNESCAPED_KINDS  # dates, times and decimals are stored as their JSON text
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'

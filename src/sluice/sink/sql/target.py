@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from sluice.core.checkpoint import Checkpoint, Snapshot, decode_checkpoint, encode_checkpoint
@@ -34,6 +34,7 @@ from sluice.sink.target import Batch, Change, Delivery, HeldWindowsLost, TargetU
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Prepared = Future[list[BulkKeyed]]  # a columnar group's statements, decoded on the prep thread
 CHECKPOINT_TABLE = "sluice_sink_checkpoint"
 PAGE = 1000
 
@@ -68,6 +69,10 @@ class SqlTarget:
         self.name = config.name
         self.timeout_s = config.timeout_s
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sink-{self.kind}")
+        # A held columnar group is decoded here (``bulk_steps``) while the group before it is
+        # written on ``_thread``: the two overlap (Arrow, numpy and the drivers' I/O release
+        # the GIL); writes stay in order on ``_thread``.
+        self._prep = ThreadPoolExecutor(1, thread_name_prefix=f"sink-{self.kind}-prep")
         self._conn: Any = None
         self._columns: dict[str, set[str]] = {}  # target table -> its columns (seen or made)
         self._converters: dict[tuple[str, int], tuple[list[str], list[Convert]]] = {}
@@ -123,6 +128,7 @@ class SqlTarget:
             await self._settle()  # what it held is read again next time
         await self._run(self._close)
         self._thread.shutdown(wait=True)
+        self._prep.shutdown(wait=True)
 
     async def load_checkpoint(self) -> Checkpoint | None:
         return await self._run(self._load)
@@ -157,9 +163,9 @@ class SqlTarget:
             self._held_rows += batch.events
             self._held_checkpoint = batch.checkpoint or self._held_checkpoint
             if self._held_rows >= self.commit_rows:
-                # the group commits while the next windows are shaped (one in flight at most)
-                await self._settle()
-                self._commit_in_background()
+                # the group commits while the next windows are shaped; it is queued (and
+                # decoded) while the group before it, if any, is still being written
+                await self._commit_behind()
             return
         await self.commit()  # the windows before it, in their own transaction
         await self._run(lambda: self._apply(batch))
@@ -236,6 +242,15 @@ class SqlTarget:
             task.add_done_callback(lambda _task: self._counted_out(group.windows))
             self._inflight = task
 
+    async def _commit_behind(self) -> None:
+        """Send the held group now, queued behind the one in flight (two in flight at most),
+        then wait for that one: its failure is raised here, and poisons this one (it is
+        counted held until its own task ends, so the sink reads both again)."""
+        before, self._inflight = self._inflight, None
+        self._commit_in_background()
+        if before is not None and not before.cancelled():
+            await before
+
     def _counted_out(self, windows: int) -> None:
         self._committing -= windows
 
@@ -250,10 +265,13 @@ class SqlTarget:
         return group
 
     def _send(self, group: _Group) -> asyncio.Future[None]:
-        """A taken group to the target's thread."""
-        return self._submit(
-            lambda: self._apply_held(group.changes, group.columns, group.checkpoint)
-        )
+        """A taken group to the target's thread (columnar groups decoded first, on the prep
+        thread, meanwhile)."""
+        steps = None
+        if group.columns is not None:
+            columns = group.columns
+            steps = self._prep.submit(bulk_steps, columns, self.engine, self._decoders)
+        return self._submit(lambda: self._apply_held(group.changes, steps, group.checkpoint))
 
     async def _committed(self, group: _Group, sent: asyncio.Future[None]) -> None:
         await self._outcome(sent, held=group.windows)
@@ -411,12 +429,12 @@ class SqlTarget:
             self._open = self._mid = False
 
     def _apply_held(
-        self, changes: list[Change], columns: HeldColumns | None, checkpoint: Checkpoint | None
+        self, changes: list[Change], steps: Prepared | None, checkpoint: Checkpoint | None
     ) -> None:
         """Windows held in memory, as one transaction: their net effect, the checkpoint."""
         self._check_poison()
         try:
-            self._commit_group(changes, columns, checkpoint)
+            self._commit_group(changes, steps, checkpoint)
         except BaseException:
             self._poisoned = True  # jobs already queued behind this one are after its windows
             raise
@@ -426,14 +444,15 @@ class SqlTarget:
             raise HeldWindowsLost("windows before these were lost; reading them again")
 
     def _commit_group(
-        self, changes: list[Change], columns: HeldColumns | None, checkpoint: Checkpoint | None
+        self, changes: list[Change], steps: Prepared | None, checkpoint: Checkpoint | None
     ) -> None:
+        bulks = steps.result() if steps is not None else None  # before the transaction opens
         conn = self._connection()
         self._begin(conn)
         self._open = True
         cur = conn.cursor()
-        if columns is not None:
-            for bulk in bulk_steps(columns, self.engine, self._decoders):
+        if bulks is not None:
+            for bulk in bulks:
                 self._bulk(cur, bulk)
                 self._written.add(bulk.table)
         else:
