@@ -232,6 +232,19 @@ _LETTERS = [chr(i) for i in range(256)]
 
 
 def event_spans(window: bytes) -> EventSpans:
+    """The window's ``EventSpans``: the compiled loop (``_wire.c``) when it is built, else
+    (and for a corrupt window, whose error it raises) the Python loop, its reference."""
+    if _wire is not None and os.environ.get("SLUICE_PURE_PYTHON", "") in ("", "0"):
+        try:
+            tables, starts, ops, order, truncate = _wire.spans(window)
+        except ValueError:
+            return _event_spans(window)
+        names = [(raw.decode(), version) for raw, version in tables]
+        return EventSpans(names, starts, ops, order, truncate)
+    return _event_spans(window)
+
+
+def _event_spans(window: bytes) -> EventSpans:
     header = read_window_header(window)
     unpack, head = EVENT_HEADER.unpack_from, EVENT_HEADER_SIZE
     numbers: dict[tuple[bytes, int], int] = {}
