@@ -27,7 +27,7 @@ connection included):
   event (persistent, ``message_id``), so each confirm is awaited before the next publish; both
   exchanges are durable topic exchanges with a durable queue bound to ``#``;
 - webhook: one POST per window, ``{"events": [...]}`` (aiohttp); the sink POSTs chunks of its
-  default ``--batch-events`` 500. The receiver is an aiohttp server in a thread of this
+  default ``--batch-events`` (1,000). The receiver is an aiohttp server in a thread of this
   process: it reads the body, counts the events and answers 200.
 
 Every destination is fresh per run (its own stream, key, exchange and queue, path); afterwards
@@ -37,9 +37,10 @@ can take. The workload's windows are read once (untimed) and the same entries bu
 with the sink's IDs, fields and headers; then only the writes are timed (connection included):
 JetStream publishes 1,000 in flight with ``Nats-Msg-Id``; Redis pipelines of 1,000 ``XADD
 stream SCN-INDEX`` with the sink's fields; RabbitMQ persistent, mandatory messages with the
-sink's headers, 1,000 published before their confirms are awaited; webhook POSTs of 500 events
-with an ``Idempotency-Key``. The sink also reads the relay, decodes and encodes; the loop does
-not.
+sink's headers, 1,000 published before their confirms are awaited; webhook POSTs of the sink's
+``--batch-events`` (1,000) with an ``Idempotency-Key``. The sink also reads the relay, decodes
+and encodes; the loop does not. The sink runs with what ``sluice sink`` sets for its process
+(``core/process.py``: the startup heap frozen, rarer young collections), restored after it.
 
 The relay, the webhook receiver and the sink or loop share this process (one GIL), as they do
 in ``benchmarks/sinks.py``; the brokers are their own processes.
@@ -64,8 +65,10 @@ from typing import Any
 from benchmarks.common import SMALL_TABLE_ROWS, table, write_results
 from sluice.client import AsyncClient, ClientConfig
 from sluice.core.event import JsonWindow
+from sluice.core.process import long_lived, restore
 from sluice.relay import RelayConfig
 from sluice.sink import Sink, load_sink_config
+from sluice.sink.config import SinkConfig
 from sluice.testing import PrivateMariaDB, RelayThread
 from sluice.testing.brokers import PrivateNats, PrivateRabbitMQ, PrivateRedis
 from sluice.testing.mariadb import free_port
@@ -76,6 +79,7 @@ BULK_WINDOWS = max(1, round(100 * _SCALE))
 REDUCED_BULK_WINDOWS = max(1, round(20 * _SCALE))  # RabbitMQ: its baseline awaits each confirm
 SMALL_TXNS = max(1, round(3000 * _SCALE))
 SOURCE = "bench.t"
+WEBHOOK_BATCH = int(SinkConfig.model_fields["batch_events"].default)  # events per POST
 
 Write = Callable[[JsonWindow], Awaitable[None]]
 Windows = list[tuple[int, list[str]]]
@@ -136,7 +140,11 @@ def _sink(url: str, relay_url: str, after: int, checkpoints: Path) -> tuple[floa
     )  # fmt: skip
     began = time.perf_counter()
     sink = Sink(config)
-    asyncio.run(sink.run(until_caught_up=True))
+    before = long_lived()  # what ``sluice sink`` sets for its process (core/process.py)
+    try:
+        asyncio.run(sink.run(until_caught_up=True))
+    finally:
+        restore(before)
     return time.perf_counter() - began, sink.events
 
 
@@ -541,14 +549,15 @@ class _Webhook:
         return write, session.close
 
     def build_only(self, tag: str, windows: Windows) -> WriteAll:
-        """POSTs of 500 events (the sink's default ``--batch-events``), one at a time."""
+        """POSTs of the sink's default ``--batch-events``, one at a time (this loop sent 500
+        while the sink sent 1,000: twice the sink's requests for the same events)."""
         bodies = [
             (
                 ('{"events": [' + ", ".join(line for _, _, line in chunk) + "]}").encode(),
                 {"Content-Type": "application/json",
                  "Idempotency-Key": f"{chunk[0][0]}-{chunk[0][1]}..{chunk[-1][0]}-{chunk[-1][1]}"},
             )
-            for chunk in _chunks(windows, 500)
+            for chunk in _chunks(windows, WEBHOOK_BATCH)
         ]  # fmt: skip
         url = f"http://127.0.0.1:{self.receiver.port}/only_{tag}"
 

@@ -14,7 +14,9 @@ Third, the write-only loop (issue 40; target: the sink >= 0.8x of it): the workl
 read once (untimed), folded into transactions of 1,000 rows or more (whole windows, the net
 effect per key, as the sink's grouped commits write them), and only the writes are timed:
 ``psycopg2.extras.execute_values`` upserts, PyMySQL ``executemany``, ``sqlite3``
-``executemany``, a commit per transaction.
+``executemany``, a commit per transaction. The sink runs with what ``sluice sink`` sets for its
+process (``core/process.py``: the startup heap frozen, rarer young collections), restored
+after it.
 
 Run alone: ``python -m benchmarks.sinks``.
 """
@@ -33,6 +35,7 @@ from typing import Any
 from benchmarks.common import fill_small_table, table, write_results
 from sluice.client import Client, ClientConfig
 from sluice.core.event import Event, Window
+from sluice.core.process import long_lived, restore
 from sluice.relay import RelayConfig
 from sluice.sink import Sink, load_sink_config
 from sluice.testing import PrivateMariaDB, RelayThread
@@ -89,7 +92,11 @@ def _sink(url: str, relay_url: str, after: int, work: Path, **extra: Any) -> flo
         checkpoint_dir=work / "checkpoints", **extra,
     )  # fmt: skip
     began = time.perf_counter()
-    asyncio.run(Sink(config).run(until_caught_up=True))
+    before = long_lived()  # what ``sluice sink`` sets for its process (core/process.py)
+    try:
+        asyncio.run(Sink(config).run(until_caught_up=True))
+    finally:
+        restore(before)
     return time.perf_counter() - began
 
 

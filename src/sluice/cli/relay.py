@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from sluice.cli.common import add_password_file, scn_arg, serve_until_signal
+from sluice.core.process import long_lived
 
 
 def add_parser(sub: Any) -> None:
@@ -103,12 +103,7 @@ def run(args: argparse.Namespace) -> int:
     relay = Relay(config)
 
     def started() -> str:
-        # The process is the relay: what exists once it serves (modules, codecs, the app)
-        # lives as long as it, so keep it out of the cyclic collector's passes and make young
-        # collections rarer; each pass stalls every stream (benchmarks/load.py: p99 under
-        # 1,200 streams 50-100 ms without, 15-19 ms with).
-        gc.freeze()
-        gc.set_threshold(20_000, 50, 100)
+        long_lived()  # the process is the relay: see core/process.py
         return f"sluice relay listening on http://{config.host}:{relay.port}"
 
     return asyncio.run(serve_until_signal(relay, started))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.cli.common import scn_arg
+from sluice.core.process import long_lived
 from sluice.core.requests import DEBEZIUM_OPTIONS
 from sluice.errors import ConfigError
 from sluice.sink import Sink, load_sink_config
@@ -199,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     if config.bootstrap and config.since_scn is None:
         config = config.model_copy(update={"since_scn": 0})  # a new sink: snapshot first
     sink = Sink(config)
+    long_lived()  # the process is the sink: see core/process.py
     return asyncio.run(_run(sink, args.until_caught_up))
 
 
