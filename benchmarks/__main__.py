@@ -9,6 +9,7 @@ from benchmarks import (
     big_txn,
     capture,
     chain,
+    kafka,
     latency,
     pg_capture,
     pg_latency,
@@ -55,6 +56,8 @@ def main() -> int:
     sinks.run()
     print("\n== sinks: NATS, Redis, RabbitMQ, webhooks vs a loop of the same client ==")
     sink_brokers.run()
+    print("\n== Kafka: Sluice vs Debezium in Kafka Connect, the sink vs a confluent_kafka loop ==")
+    kafka.run()
     print("\n== targets ==")
     report.run()
     return 0

@@ -188,6 +188,64 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
                 r.get("ratio_write_only"),
                 0.8,
             )
+    _kafka_targets(rows, _load("kafka"))
+    return rows
+
+
+def _kafka_targets(rows: list[tuple[str, ...]], kafka: dict[str, Any]) -> None:
+    """Issue 41: Sluice -> Kafka against Debezium in Kafka Connect, and the sink against a
+    user's client + confluent_kafka loop (medians of the rounds)."""
+    if not kafka:
+        return
+    cu, lat, loop = kafka["catch_up"], kafka["latency"], kafka["sink_vs_loop"]
+    rows.append((
+        "Kafka: catch-up rows/s >= 5x Debezium in Kafka Connect (issue 41)",
+        f"{cu['ratio']}x ({cu['ratio_same_bytes']}x with Debezium's schemas in each message)",
+        "yes" if cu["ratio"] >= 5 else "NO",
+    ))  # fmt: skip
+    dbz = lat["debezium_poll_500ms"]["p99_ms"]
+    for who, fraction in lat["p99_fraction_of_debezium"].items():
+        interval = who.removeprefix("sluice_commit_")
+        rows.append((
+            f"Kafka: p99 at 1,000 commits/s <= 0.1x Debezium's, --commit-interval {interval} "
+            "(issue 41)",
+            f"{fraction}x ({lat[who]['p99_ms']} vs {dbz} ms)",
+            "yes" if fraction <= 0.1 else "NO",
+        ))  # fmt: skip
+    rows.append((
+        "Kafka: sink >= 1.5x a client + confluent_kafka loop (issue 41)",
+        f"{loop['ratio']}x",
+        "yes" if loop["ratio"] >= 1.5 else "NO",
+    ))  # fmt: skip
+    rows.append((
+        "Kafka: sink vs a write-only confluent_kafka loop of its messages (issue 41)",
+        f"{loop['ratio_write_only']}x",
+        "-",
+    ))  # fmt: skip
+
+
+def _kafka_rows(kafka: dict[str, Any]) -> list[tuple[str, ...]]:
+    cu, lat, loop = kafka["catch_up"], kafka["latency"], kafka["sink_vs_loop"]
+    rows: list[tuple[str, ...]] = [
+        (f"Kafka, {cu['rows']:,} rows in 1,000-row txns", "rows/s", "rows/s after the first",
+         "bytes/message")
+    ]  # fmt: skip
+    for who, label in (
+        ("sluice", "Sluice relay + sink (read_committed)"),
+        ("sluice_schemas", "Sluice, schemas.enable=true"),
+        ("debezium", f"Debezium {kafka['debezium']}"),
+    ):
+        r = cu[who]
+        rows.append((label, _n(round(r["rows_per_s"])), _n(round(r["rows_per_s_after_first"])),
+                     _n(round(r["bytes_per_row"]))))  # fmt: skip
+    rate = lat["rate"]
+    order = ["debezium_poll_500ms", "debezium_poll_1ms", *lat["p99_fraction_of_debezium"]]
+    for who in order:
+        r = lat[who]
+        rows.append((f"commit -> consumer at {rate}/s, {who}", f"p50 {r['p50_ms']} ms",
+                     f"p99 {r['p99_ms']} ms", f"max {r['max_ms']} ms"))  # fmt: skip
+    rows.append(("sink / client loop / write-only loop", _n(loop["sink_rows_per_s"]),
+                 _n(loop["loop_rows_per_s"]), _n(loop["write_only_rows_per_s"])))  # fmt: skip
     return rows
 
 
@@ -351,9 +409,12 @@ def render() -> str:
                 ]
             ),
         ]
+    kafka = _load("kafka")
+    if "catch_up" in kafka:
+        parts += ["", _md(_kafka_rows(kafka))]
     query = _load("query")
     if "sqlite" in query:
-        rows = [
+        rows: list[tuple[str, ...]] = [
             (
                 f"query source, {query['rows']:,} rows (rows/s)",
                 "first pass",
