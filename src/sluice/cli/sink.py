@@ -56,6 +56,12 @@ def add_parser(sub: Any) -> None:
         help="where the checkpoint lives (brokers and webhooks; database "
         "targets keep it in a table sluice_sink_checkpoint)",
     )
+    p.add_argument(
+        "--schema-registry",
+        metavar="URL",
+        help="Kafka with --format avro: the Confluent-compatible schema registry its schemas "
+        "are registered in (sluice registry, or Confluent's)",
+    )
     p.add_argument("--name", help="the sink's name: its checkpoint's and [[sinks]] entry's")
     p.add_argument(
         "--config",
@@ -177,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
         sources=args.sources,
         since_scn=args.since_scn,
         checkpoint_dir=args.checkpoint_dir,
+        schema_registry=args.schema_registry,
         format=args.format,
         debezium_options=_debezium_options(args.debezium_option),
         include_columns=args.include_columns,

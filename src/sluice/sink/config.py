@@ -38,6 +38,7 @@ class SinkConfig(BaseSettings):
     sources: list[str] = Field(default_factory=list)
     since_scn: int | None = Field(default=None, ge=0)
     checkpoint_dir: Path | None = None
+    schema_registry: str | None = None  # Kafka's --format avro: where its schemas go
     format: Literal["json", "debezium", "avro"] = "json"
     debezium_options: dict[str, str] = Field(default_factory=dict)
     include_columns: list[str] = Field(default_factory=list)

@@ -41,6 +41,7 @@ from sluice.core.checkpoint import Checkpoint, decode_checkpoint
 from sluice.errors import ConfigError, SluiceError
 from sluice.schemas.debezium import DebeziumOptions
 from sluice.sink.config import SinkConfig
+from sluice.sink.kafka_avro import AvroRecords
 from sluice.sink.kafka_io import KafkaIo
 from sluice.sink.kafka_url import check_topic, parse_kafka_url
 from sluice.sink.shape import ROUTE_FIELDS
@@ -59,11 +60,15 @@ class KafkaTarget:
 
     def __init__(self, config: SinkConfig) -> None:
         self.url = parse_kafka_url(config.target_url)
-        if config.format == "avro":
-            raise ConfigError(
-                "--format avro to Kafka needs a schema registry: not available yet; use "
-                "--format debezium (Debezium's JSON) or json"
-            )
+        self.connect_records = config.format == "avro"  # Debezium's records, to encode here
+        self._avro: AvroRecords | None = None
+        if self.connect_records:
+            if not config.schema_registry:
+                raise ConfigError(
+                    "--format avro to Kafka needs --schema-registry URL: a Confluent-compatible "
+                    "registry for its schemas (`sluice registry`, or Confluent's)"
+                )
+            self._avro = AvroRecords(config.schema_registry, config.timeout_s)
         template = route_template(config)
         # the template's own characters: each placeholder rendered as a plain name
         check_topic(template.format(**dict.fromkeys(ROUTE_FIELDS, "x")), "topic template")
@@ -102,6 +107,7 @@ class KafkaTarget:
             "held_windows": self._held,
             "commits": self.commits,
             "aborts": self.aborts,
+            "schemas_registered": 0 if self._avro is None else self._avro.registered,
             **self._io.stats(),
         }
 
@@ -111,6 +117,8 @@ class KafkaTarget:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
+        if self._avro is not None:
+            await self._avro.start()
         await self._run(self._io.connect)
 
     async def stop(self) -> None:
@@ -120,6 +128,8 @@ class KafkaTarget:
         except SluiceError as exc:
             log.debug("Kafka close: %s", exc)
         self._thread.shutdown(wait=True)
+        if self._avro is not None:
+            await self._avro.stop()
 
     async def load_checkpoint(self) -> Checkpoint | None:
         text = await self._run(self._io.read_checkpoint)
@@ -145,8 +155,11 @@ class KafkaTarget:
             await self._deliver(batch)
 
     async def _deliver(self, batch: Batch) -> None:
+        changes = batch.changes
         try:
-            await self._run(lambda: self._io.produce(batch.changes))
+            if self._avro is not None:
+                changes = await self._avro.encode(changes)
+            await self._run(lambda: self._io.produce(changes))
         except TargetUnavailable as exc:
             await self._abort()
             if self._held:

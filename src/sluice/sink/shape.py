@@ -84,6 +84,7 @@ class ShapeSettings:
     bodies: bool = True  # False: table targets take images, not formatted bodies
     keys: bool = True  # the canonical key text on each change (Redis's ``key`` field)
     message_keys: bool = False  # --format debezium: Debezium's key apart (``Change.key_body``)
+    connect_records: bool = False  # Debezium's key and value as objects (``Change.record``)
     filtered_as_deletes: bool = False  # table targets: a row leaving the filter is deleted
     columnar: bool = False  # table targets that decode whole windows (``Batch.columns``)
     parsed: dict[str, Expression | None] = field(default_factory=dict, compare=False)
@@ -223,6 +224,7 @@ class Shaper:
         self._debezium: DebeziumWindows | None = None
         self._json_bulk = settings.bodies and settings.format == "json"
         self._prefix = DebeziumOptions.parse(dict(settings.debezium)).name  # {prefix}
+        self._record: tuple[Any, Any] | None = None  # connect_records: the event's, see _change
         if settings.format == "debezium" and settings.bodies:
             options = DebeziumOptions.parse(dict(settings.debezium))
             self._debezium = DebeziumWindows(dict(source_info), options)
@@ -381,9 +383,10 @@ class Shaper:
             return None
         if raw.op == "t":  # no rows to filter or select: always passes
             body = self._truncate_body(window, raw) if settings.bodies else b""
+            record, self._record = self._record, None
             return Change(
                 scn, index, raw.source, "t", window.ts_ms, raw.schema_version, None, None,
-                None, None, self.route(raw.source, "t"), ident, body,
+                None, None, self.route(raw.source, "t"), ident, body, None, record,
             )  # fmt: skip
         shape = self._table(window, raw.source, raw.schema_version)
         before = after = None
@@ -407,9 +410,10 @@ class Shaper:
         body, key_body = b"", None
         if settings.bodies:
             body, key_body = self._body(window, raw, shape, key, before, after)
+        record, self._record = self._record, None
         return Change(
             scn, index, raw.source, op, window.ts_ms, raw.schema_version, shape.schema, key,
-            before, after, self.route(raw.source, op), ident, body, key_body,
+            before, after, self.route(raw.source, op), ident, body, key_body, record,
         )  # fmt: skip
 
     def _body(
@@ -449,13 +453,13 @@ class Shaper:
     ) -> tuple[bytes, bytes | None]:
         assert self._debezium is not None
         formatter = self._debezium.formatter(raw.source, raw.schema_version, window.codec_for)
+        # (a primary-key change is a delete and an insert from the capture on, as Debezium
+        # sends it: no update here changes its key)
         key, value = formatter.event(raw.op, raw.payload, window.scn, window.ts_ms, None, True)
-        if not shape.all_columns:
-            kept = {col.name for col in shape.schema.columns}
-            body = value.get("payload", value)
-            for side in ("before", "after"):
-                if isinstance(body.get(side), dict):
-                    body[side] = {k: v for k, v in body[side].items() if k in kept}
+        _project(shape, value)
+        if self.settings.connect_records:
+            self._record = (key, value)
+            return b"", None
         if self.settings.message_keys:
             key_body = None if key is None else _compact(key)
             return _compact(value), key_body
@@ -470,6 +474,9 @@ class Shaper:
                 raw.source, raw.schema_version or -1, window.codec_for
             )
             _, value = formatter.event("t", None, window.scn, window.ts_ms)
+            if self.settings.connect_records:
+                self._record = (None, value)
+                return b""
             return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
         if fmt == "avro":
             return b""
@@ -478,3 +485,14 @@ class Shaper:
 
 def _compact(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _project(shape: _TableShape, value: dict[str, Any]) -> None:
+    """Drop the columns not selected from a Debezium envelope's images."""
+    if shape.all_columns:
+        return
+    kept = {col.name for col in shape.schema.columns}
+    body = value.get("payload", value)
+    for side in ("before", "after"):
+        if isinstance(body.get(side), dict):
+            body[side] = {k: v for k, v in body[side].items() if k in kept}

@@ -175,9 +175,12 @@ class Sink:
 
     def _shape_settings(self, source_info: dict[str, Any]) -> ShapeSettings:
         c = self.config
+        # a target that encodes Debezium's records itself (Kafka's Avro) takes them as objects
+        connect = bool(getattr(self.target, "connect_records", False))
+        debezium = {**c.debezium_options, **({"schemas.enable": "true"} if connect else {})}
         return ShapeSettings(
-            format=c.format,
-            debezium=tuple(c.debezium_options.items()),
+            format="debezium" if connect else c.format,
+            debezium=tuple(debezium.items()),
             include_columns=tuple(c.include_columns),
             exclude_columns=tuple(c.exclude_columns),
             filter=c.filter,
@@ -187,6 +190,7 @@ class Sink:
             bodies=self.bodies,
             keys=getattr(self.target, "wants_keys", True),
             message_keys=getattr(self.target, "wants_message_keys", False),
+            connect_records=connect,
             filtered_as_deletes=not self.bodies,
             columnar=getattr(self.target, "takes_columns", False),
         )

@@ -68,6 +68,9 @@ class Change(NamedTuple):
     id: str
     body: bytes = b""
     key_body: bytes | None = None  # the message key, where the format has its own (Debezium's)
+    # Kafka's Avro: Debezium's (key, value) as Kafka Connect's {"schema", "payload"}, for the
+    # target to encode with the schemas it registered (``body`` is then empty)
+    record: tuple[Any, Any] | None = None
 
     def headers(self) -> dict[str, str]:
         """Metadata for brokers that carry headers."""
