@@ -31,6 +31,7 @@ from sluice.testing.kafka_connect import JDBC_SINK_CLASS, PrivateKafkaConnect
 from sluice.testing.postgres import PrivatePostgres
 from sluice.testing.relays import RelayThread
 from sluice.testing.truth import pg_table_rows, table_rows
+from tests.integration.kafka_support import Record, read_topics
 from tests.integration.sink_support import SOURCE_TABLES, SinkProcess, workload
 from tests.integration.support import (
     create_database,
@@ -50,16 +51,6 @@ _ids = itertools.count(1)
 def _fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLUICE_SINK_RETRY_INITIAL_S", "0.1")
     monkeypatch.setenv("SLUICE_SINK_RETRY_MAX_S", "2")
-
-
-@dataclass(frozen=True)
-class Record:
-    topic: str
-    partition: int
-    key: Any  # parsed JSON (None: a null key)
-    value: Any  # parsed JSON (None: a tombstone)
-    raw_key: bytes | None
-    headers: dict[str, str]
 
 
 @dataclass
@@ -118,54 +109,6 @@ def shop(mariadb: PrivateMariaDB, tmp_path: Path) -> Iterator[Shop]:
             yield Shop(name, conn, relay, tmp_path)
     finally:
         conn.close()
-
-
-def read_topics(bootstrap: str, topics: list[str], timeout: float = 60) -> dict[str, list[Record]]:
-    """Every committed message of ``topics`` (``read_committed``), in offset order per
-    partition, partitions in order."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": f"t{uuid.uuid4().hex}",
-        "isolation.level": "read_committed", "enable.partition.eof": True,
-        "enable.auto.commit": False,
-    })  # fmt: skip
-    try:
-        assignment = []
-        for topic in topics:
-            metadata = consumer.list_topics(topic, timeout=30).topics[topic]
-            assert metadata.error is None, metadata.error
-            assignment += [TopicPartition(topic, p, -2) for p in sorted(metadata.partitions)]
-        consumer.assign(assignment)
-        ended: set[tuple[str, int]] = set()
-        out: dict[str, list[Record]] = defaultdict(list)
-        deadline = time.monotonic() + timeout
-        while len(ended) < len(assignment):
-            assert time.monotonic() < deadline, "the topics were not read to their end"
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                assert error.code() == KafkaError._PARTITION_EOF, error
-                ended.add((str(message.topic()), message.partition() or 0))
-                continue
-            key, value = message.key(), message.value()
-            out[str(message.topic())].append(
-                Record(
-                    str(message.topic()), message.partition() or 0,
-                    None if key is None else json.loads(key),
-                    None if value is None else json.loads(value), key,
-                    _headers(message.headers()),
-                )
-            )  # fmt: skip
-        for records in out.values():
-            records.sort(key=lambda r: r.partition)  # stable: offsets stay in order
-        return dict(out)
-    finally:
-        consumer.close()
-
-
-def _headers(headers: Any) -> dict[str, str]:
-    return {str(k): bytes(v or b"").decode() for k, v in headers or []}
 
 
 def assert_exactly_once(
