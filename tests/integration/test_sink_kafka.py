@@ -23,6 +23,13 @@ from typing import Any
 import pymysql
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # their documented home
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from sluice.registry import RegistryServer
 from sluice.testing import PrivateMariaDB
@@ -36,6 +43,7 @@ from tests.integration.sink_support import SOURCE_TABLES, SinkProcess, workload
 from tests.integration.support import (
     create_database,
     get_json,
+    http_status,
     relay_config,
     run_sluice,
     wait_for,
@@ -161,6 +169,7 @@ def test_exactly_once_through_three_sigkills_and_a_broker_restart(
                     kafka.kill()
                     wait_for(lambda: (s := sink.stats()) is not None and not s["target_up"], 60,
                              "the sink to show Kafka down")  # fmt: skip
+                    assert http_status(sink.url + "/healthz")[0] == 503
                     kafka.restart()
                     continue
                 sink.kill()
@@ -397,3 +406,119 @@ def _source_rows(shop: Shop, table: str) -> dict[str, Any]:
         if isinstance(row.get("created"), str):
             row["created"] = row["created"].rstrip("Z")
     return rows
+
+
+# -- partitions, topics, refusals ---------------------------------------------------------------
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (Java's default partitioner hashes the key bytes with it)."""
+    m, length = 0x5BD1E995, len(data)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(length // 4):
+        k = int.from_bytes(data[i * 4 : i * 4 + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> 24
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail, rest = length & ~3, length % 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h = ((h ^ data[tail]) * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    return h ^ (h >> 15)
+
+
+def test_murmur2_is_kafkas() -> None:
+    # Kafka's UtilsTest.testMurmur2 vectors (signed Java ints)
+    cases = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,
+             b"a-little-bit-longer-string": -1486304829,
+             b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+             b"abc": 479470107}  # fmt: skip
+    for data, java in cases.items():
+        assert murmur2(data) == java & 0xFFFFFFFF, data
+
+
+def test_keys_partitions_headers_and_a_topic_that_exists(
+    shop: Shop, kafka_server: PrivateKafka
+) -> None:
+    """Each key's messages in the partition Kafka's Java partitioner picks (murmur2 of the key
+    bytes), topics made with ?partitions=, one that exists used as it is, the headers."""
+    prefix = f"part{next(_ids)}"
+    existing = f"{prefix}.{shop.name}.items"
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    admin.create_topics([NewTopic(existing, 2, 1)])[existing].result(timeout=60)
+    workload(shop.conn, 80)
+    to = f"kafka://{kafka_server.bootstrap}?topic={prefix}.{{db}}.{{table}}&partitions=3"
+    result = run_sluice("sink", "--to", to, "--relay", shop.relay.url, "--name", prefix,
+                        "--port", "0", "--until-caught-up")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    topics = [f"{prefix}.{shop.name}.{t}" for t in TABLES]
+    got = read_topics(kafka_server.bootstrap, topics)
+    partitions = {"orders": 3, "items": 2, "audit": 3}
+    for table, count in partitions.items():
+        records = got[f"{prefix}.{shop.name}.{table}"]
+        metadata = admin.list_topics(f"{prefix}.{shop.name}.{table}", timeout=30)
+        assert len(metadata.topics[f"{prefix}.{shop.name}.{table}"].partitions) == count
+        keyed = [r for r in records if r.raw_key is not None]
+        for r in keyed:
+            assert r.partition == (murmur2(r.raw_key) & 0x7FFFFFFF) % count, (table, r.key)
+        if table != "audit":
+            assert len({r.partition for r in keyed}) > 1, table  # spread, not all on one
+        else:
+            assert not keyed  # no primary key: null keys
+        for r in records:
+            assert {"sluice-scn", "sluice-index", "sluice-source", "sluice-op"} <= set(r.headers)
+    expected = shop.expected()
+    for topic, records in got.items():  # per key, the relay's order
+        mine: dict[str, list[Any]] = defaultdict(list)
+        want: dict[str, list[Any]] = defaultdict(list)
+        for r in records:
+            mine[json.dumps(r.key)].append(r.value)
+        for key, value in expected[topic.replace(prefix, "sluice", 1)]:
+            want[json.dumps(key)].append(value)
+        # null keys go to any partition (as Java's partitioner sends them): no order to keep
+        for side in (mine, want):
+            side["null"] = sorted(side.get("null", []), key=json.dumps)
+        assert mine == want, topic
+
+
+def test_a_message_the_topic_refuses_stops_the_sink_in_one_line_and_loses_nothing(
+    shop: Shop, kafka_server: PrivateKafka
+) -> None:
+    prefix = f"big{next(_ids)}"
+    small = f"{prefix}.{shop.name}.orders"
+    admin = AdminClient({"bootstrap.servers": kafka_server.bootstrap})
+    admin.create_topics([NewTopic(small, 1, 1, config={"max.message.bytes": "300"})])[small].result(
+        timeout=60
+    )
+    workload(shop.conn, 40)
+    to = f"kafka://{kafka_server.bootstrap}?topic={prefix}.{{db}}.{{table}}"
+    args = ["sink", "--to", to, "--relay", shop.relay.url, "--name", prefix, "--port", "0",
+            "--until-caught-up"]  # fmt: skip
+    result = run_sluice(*args)
+    Path("/tmp/big-stderr.txt").write_text(result.stderr)
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.startswith("sluice: error")]
+    assert len(lines) == 1 and small in lines[0] and "max.message.bytes" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    # raised, the same sink goes on from its checkpoint: nothing skipped, nothing twice
+    entry = ConfigEntry("max.message.bytes", "1000000",
+                        incremental_operation=AlterConfigOpType.SET)  # fmt: skip
+    resource = ConfigResource("topic", small, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=60)
+    result = run_sluice(*args)
+    assert result.returncode == 0, result.stderr
+    got = read_topics(kafka_server.bootstrap, [f"{prefix}.{shop.name}.{t}" for t in TABLES])
+    expected = {t.replace("sluice", prefix, 1): v for t, v in shop.expected().items()}
+    mine = {t: [(r.key, r.value) for r in rs] for t, rs in got.items()}
+    for t in expected:
+        a, b = mine.get(t, []), expected[t]
+        if a != b:
+            bad = next(i for i, (x, y) in enumerate(zip(a + [None] * 9, b + [None] * 9)) if x != y)
+            print(t, len(a), len(b), bad, a[bad - 1 : bad + 2], b[bad - 1 : bad + 2])
+    assert mine == expected

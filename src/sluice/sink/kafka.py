@@ -90,6 +90,10 @@ class KafkaTarget:
         self._held_rows = 0
         self._held_checkpoint: Checkpoint | None = None
         self._mid = False  # a big window's pieces so far are in the transaction
+        # Windows were lost with a failed transaction: no checkpoint may be saved until a
+        # window is taken again (the sink rewound; after a refusal it stops): the one it
+        # holds pending may name the lost windows
+        self._poisoned = False
         self.commits = 0
         self.aborts = 0
         # deliver, commit (the sink's timer calls it meanwhile) and the rest take turns: a
@@ -144,7 +148,7 @@ class KafkaTarget:
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         async with self._turn:
-            if self._held or self._mid:
+            if self._held or self._mid or self._poisoned:
                 return  # the next commit writes a newer one anyway
             await self._run(lambda: self._io.commit(checkpoint))
             self.committed = checkpoint
@@ -160,13 +164,15 @@ class KafkaTarget:
             if self._avro is not None:
                 changes = await self._avro.encode(changes)
             await self._run(lambda: self._io.produce(changes))
-        except TargetUnavailable as exc:
+        except SluiceError as exc:
+            self._poisoned = True
+            held = self._held
             await self._abort()
-            if self._held:
-                self._forget()
-                raise HeldWindowsLost(str(exc)) from None
             self._forget()
-            raise
+            if held and isinstance(exc, TargetUnavailable):  # they went with the transaction
+                raise HeldWindowsLost(str(exc)) from None
+            raise  # down (the sink retries the window) or refused (the sink stops)
+        self._poisoned = False  # a window taken again: the sink has rewound, or goes on
         self._mid = not batch.last
         if batch.last:
             self._held += 1
@@ -187,12 +193,12 @@ class KafkaTarget:
         checkpoint = self._held_checkpoint
         try:
             await self._run(lambda: self._io.commit(checkpoint))  # drops the producer if not
-        except TargetUnavailable as exc:
-            self.aborts += 1
+        except SluiceError as exc:
+            self._poisoned = True
             self._forget()
-            raise HeldWindowsLost(str(exc)) from None
-        except SluiceError:
-            self._forget()
+            if isinstance(exc, TargetUnavailable):
+                self.aborts += 1
+                raise HeldWindowsLost(str(exc)) from None
             raise
         self.commits += 1
         self._forget()
@@ -200,6 +206,8 @@ class KafkaTarget:
             self.committed = checkpoint
 
     async def rollback(self) -> None:
+        """After a failure: what the open transaction held is gone; the sink reads again
+        from the committed checkpoint."""
         async with self._turn:
             await self._abort()
             self._forget()

@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 _LIBRDKAFKA = logging.getLogger("sluice.sink.kafka.librdkafka")
 
 
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
 class _Quiet:
     """librdkafka's log, at DEBUG: the sink says what an outage means, once, itself."""
 
@@ -166,9 +169,15 @@ class KafkaIo:
                 producer.poll(0.05)
                 self._check()
             except KafkaException as exc:
+                # a message refused before put the transaction in this state: its report,
+                # served now, says why
+                producer.poll(0.2)
+                self._check()
                 raise refusal(exc, f"Kafka topic {topic}") from None
 
     def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None and error.code() in _PURGED:
+            return  # our own abort's: the failure that caused it was kept
         if error is not None and self._failure is None:
             self._failure, self._failed_topic = error, str(message.topic())
 
@@ -209,6 +218,7 @@ class KafkaIo:
             else:
                 self._flush(producer)
         except KafkaException as exc:
+            self._check()  # a message the broker refused says why better than the commit
             raise refusal(exc, where) from None
         self._check()
 
