@@ -501,7 +501,6 @@ def test_a_message_the_topic_refuses_stops_the_sink_in_one_line_and_loses_nothin
     args = ["sink", "--to", to, "--relay", shop.relay.url, "--name", prefix, "--port", "0",
             "--until-caught-up"]  # fmt: skip
     result = run_sluice(*args)
-    Path("/tmp/big-stderr.txt").write_text(result.stderr)
     assert result.returncode != 0
     lines = [line for line in result.stderr.splitlines() if line.startswith("sluice: error")]
     assert len(lines) == 1 and small in lines[0] and "max.message.bytes" in lines[0], result.stderr
@@ -516,9 +515,6 @@ def test_a_message_the_topic_refuses_stops_the_sink_in_one_line_and_loses_nothin
     got = read_topics(kafka_server.bootstrap, [f"{prefix}.{shop.name}.{t}" for t in TABLES])
     expected = {t.replace("sluice", prefix, 1): v for t, v in shop.expected().items()}
     mine = {t: [(r.key, r.value) for r in rs] for t, rs in got.items()}
-    for t in expected:
-        a, b = mine.get(t, []), expected[t]
-        if a != b:
-            bad = next(i for i, (x, y) in enumerate(zip(a + [None] * 9, b + [None] * 9)) if x != y)
-            print(t, len(a), len(b), bad, a[bad - 1 : bad + 2], b[bad - 1 : bad + 2])
-    assert mine == expected
+    for topic, want in expected.items():
+        assert len(mine.get(topic, [])) == len(want), topic
+        assert mine[topic] == want, topic
