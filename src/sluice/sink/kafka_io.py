@@ -52,6 +52,7 @@ class KafkaIo:
         self._producer: Producer | None = None
         self._in_transaction = False
         self._topics: set[str] = set()  # known to exist
+        self._admin: AdminClient | None = None
         self._failure: KafkaError | None = None  # the first failed delivery since the last check
         self._failed_topic = ""
         self.produced = 0
@@ -131,8 +132,9 @@ class KafkaIo:
     # -- producing ---------------------------------------------------------------------------
     def produce(self, changes: Sequence[Change]) -> None:
         producer = self.connect()
-        for route in {c.route for c in changes} - self._topics:
-            self._ensure_topic(route)
+        new = sorted({c.route for c in changes} - self._topics)
+        if new:
+            self._ensure_topics(new)
         if self.url.transactions and not self._in_transaction:
             try:
                 producer.begin_transaction()
@@ -260,32 +262,41 @@ class KafkaIo:
 
     # -- topics ------------------------------------------------------------------------------
     def _ensure_topic(self, topic: str, compacted: bool = False) -> None:
-        check_topic(topic)
+        self._ensure_topics([topic], compacted)
+
+    def _ensure_topics(self, topics: list[str], compacted: bool = False) -> None:
+        """Make the topics that are missing (in one request), use the others as they are."""
+        for topic in topics:
+            check_topic(topic)
         producer = self.connect()
-        where = f"Kafka {self.url.display}"
         try:
-            known = producer.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
+            known = producer.list_topics(timeout=self.timeout_s).topics
         except KafkaException as exc:
-            raise refusal(exc, where) from None
-        if known is not None and known.error is None:
-            self._topics.add(topic)
+            raise refusal(exc, f"Kafka {self.url.display}") from None
+        missing = [t for t in topics if t not in known or known[t].error is not None]
+        self._topics.update(t for t in topics if t not in missing)
+        if not missing:
             return
         config = {"cleanup.policy": "compact"} if compacted else {}
         partitions = 1 if compacted else self.url.partitions
-        new = NewTopic(topic, partitions, self.url.replication_factor, config=config)
-        admin = AdminClient(self._common())
-        try:
-            admin.create_topics([new], request_timeout=self.timeout_s)[topic].result(self.timeout_s)
-            self.topics_created += 1
-            log.info("Kafka: created topic %s (%d partitions%s)", topic, partitions,
-                     ", compacted" if compacted else "")  # fmt: skip
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if not (
-                isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS
-            ):
-                raise refusal(exc, f"Kafka: creating topic {topic}") from None
-        self._topics.add(topic)
+        if self._admin is None:
+            self._admin = AdminClient(self._common())
+        new = [NewTopic(t, partitions, self.url.replication_factor, config=config) for t in missing]
+        futures = self._admin.create_topics(new, request_timeout=self.timeout_s)
+        for topic, future in futures.items():
+            try:
+                future.result(self.timeout_s)
+                self.topics_created += 1
+                log.info("Kafka: created topic %s (%d partitions%s)", topic, partitions,
+                         ", compacted" if compacted else "")  # fmt: skip
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                exists = isinstance(error, KafkaError) and (
+                    error.code() == KafkaError.TOPIC_ALREADY_EXISTS
+                )
+                if not exists:  # made meanwhile by someone else: used as it is
+                    raise refusal(exc, f"Kafka: creating topic {topic}") from None
+            self._topics.add(topic)
 
     # -- the checkpoint ----------------------------------------------------------------------
     def read_checkpoint(self) -> str | None:

@@ -19,6 +19,7 @@ class TargetKind:
     default_route: str
     bodies: bool  # formatted bodies (brokers, webhooks) or images (tables)
     package: str  # what to pip install when the module's client library is missing
+    extra: str = "sinks"  # the extra of sluice's that brings it
 
 
 _SQL = TargetKind("sluice.sink.sql", "table", "{table}", False, "psycopg2-binary / PyMySQL")
@@ -33,7 +34,7 @@ KINDS: dict[str, TargetKind] = {
     "amqp": TargetKind("sluice.sink.amqp", "routing_key", "{source}", True, "aio-pika"),
     "amqps": TargetKind("sluice.sink.amqp", "routing_key", "{source}", True, "aio-pika"),
     "kafka": TargetKind(
-        "sluice.sink.kafka", "topic", "{prefix}.{db}.{table}", True, "confluent-kafka"
+        "sluice.sink.kafka", "topic", "{prefix}.{db}.{table}", True, "confluent-kafka", "kafka"
     ),
     "http": TargetKind("sluice.sink.webhook", "", "{source}", True, "aiohttp"),
     "https": TargetKind("sluice.sink.webhook", "", "{source}", True, "aiohttp"),
@@ -76,7 +77,7 @@ def open_target(config: SinkConfig) -> Target:
             raise  # our own code, not a missing client library
         raise ConfigError(
             f"the {urlsplit(config.target_url).scheme}:// target needs {kind.package}: "
-            f"pip install 'sluice[sinks]' ({exc})"
+            f"pip install 'sluice[{kind.extra}]' ({exc})"
         ) from None
     target: Target = module.open_target(config)
     return target
