@@ -12,7 +12,6 @@ nothing here knows how any kind makes its SCNs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from sluice.core import wire
 from sluice.core.event import JsonWindow
 from sluice.schemas.avro import TableSchema
 from sluice.schemas.columns import Column, default_value
+from sluice.schemas.debezium_text import ImagesText, ascii_json, compact, images_text
 from sluice.schemas.debezium_values import (
     DebeziumOptions,
     Field,
@@ -61,6 +61,13 @@ class DebeziumFormatter:
             for name, spec in (described.get("position") or {}).items()
             if name in self._block
         ]
+        self._texts: ImagesText | None = None  # made on first use: Spark rows never need it
+        self._frames: dict[tuple[str, int, int], tuple[str, str]] = {}
+        self._open = '{"before":'
+        self._key_open = self._close = ""
+        if options.schemas:  # each event's schema block, as text once
+            self._open = f'{{"schema":{compact(self.envelope_schema)},"payload":{{"before":'
+            self._key_open, self._close = f'{{"schema":{compact(self.key_schema)},"payload":', "}"
 
     def event(
         self,
@@ -98,6 +105,52 @@ class DebeziumFormatter:
         )
         row = after if after is not None else before
         return (self._key(row) if with_key else None), value
+
+    def text(
+        self,
+        op: str,
+        payload: bytes | None,
+        scn: int,
+        ts_ms: int,
+        transaction: dict[str, Any] | None = None,
+        with_key: bool = False,
+    ) -> tuple[str | None, str]:
+        """``event``'s key and value as the JSON text ``json.dumps(..., ensure_ascii=False,
+        separators=(",", ":"))`` writes for them, made without the dicts: the images straight
+        from the payload (``debezium_text.py``), the rest of the envelope per (op, SCN,
+        time) once."""
+        if payload is None:  # a truncate: no images (rare, the dicts' path)
+            key_dict, value_dict = self.event(op, None, scn, ts_ms, transaction, with_key)
+            return (None if key_dict is None else compact(key_dict)), compact(value_dict)
+        if self._texts is None:
+            self._texts = images_text(
+                self.schema.columns, self.fields, self.key_index, self.options.unavailable,
+                f"{self.schema.source} v{self.schema.version}",
+            )  # fmt: skip
+        before, after, key = self._texts(payload)
+        if op == "r":
+            before = "null"
+            if after == "null":
+                key = None
+        frame = self._frames.get((op, scn, ts_ms))
+        if frame is None:
+            frame = self._frame(op, scn, ts_ms)
+        middle, close = frame
+        tx = "null" if transaction is None else compact(transaction)
+        value = f'{self._open}{before},"after":{after}{middle}{tx}{close}'
+        if not with_key or key is None:
+            return None, value
+        return (f"{self._key_open}{key}{self._close}" if self._key_open else key), value
+
+    def _frame(self, op: str, scn: int, ts_ms: int) -> tuple[str, str]:
+        """The envelope's text after the images, around the transaction block."""
+        if len(self._frames) >= 64:  # one window's ops at a time
+            self._frames.clear()
+        source = compact(self.source_block(op, scn, ts_ms))
+        tail = {"op": op, "ts_ms": ts_ms, "ts_us": ts_ms * 1000, "ts_ns": ts_ms * 1_000_000}
+        frame = (f',"source":{source},"transaction":', f",{compact(tail)[1:]}{self._close}")
+        self._frames[(op, scn, ts_ms)] = frame
+        return frame
 
     def _image(self, row: list[Any] | None) -> dict[str, Any] | None:
         if row is None:
@@ -209,12 +262,21 @@ class DebeziumWindows:
         the window is the transaction (its id is the SCN), orders count from 1 over the
         window and over its table's events."""
         header = wire.read_window_header(record)
+        for raw, formatter, op, tx in self._walk(record, codec_for, op_override):
+            payload = None if raw.op == "t" else raw.payload
+            key, value = formatter.event(op, payload, header.scn, header.ts_ms, tx, with_keys)
+            yield raw, key, value
+
+    def _walk(
+        self, record: bytes, codec_for: CodecFor, op_override: str | None = None
+    ) -> Iterator[tuple[wire.RawEvent, DebeziumFormatter, str, dict[str, Any] | None]]:
+        """``(event, its formatter, op, transaction block)`` of each event sent."""
+        header = wire.read_window_header(record)
         per_table: dict[str, int] = {}
         skipped = self.options.skipped
         order = 0
         for raw in wire.decode_events(record):
-            truncate = raw.op == "t"
-            op = raw.op if truncate else (op_override or raw.op)
+            op = raw.op if raw.op == "t" else (op_override or raw.op)
             if op in skipped:  # skipped.operations (Debezium's default: t)
                 continue
             order += 1
@@ -228,19 +290,20 @@ class DebeziumWindows:
                     "total_order": order,
                     "data_collection_order": per_table[raw.source],
                 }
-            key, value = formatter.event(
-                op, None if truncate else raw.payload, header.scn, header.ts_ms, tx, with_keys
-            )
-            yield raw, key, value
+            yield raw, formatter, op, tx
 
     def lines(self, record: bytes, codec_for: CodecFor) -> Iterator[str]:
-        """The record's events as JSON lines (with ``keys``: ``{"key", "value"}``)."""
+        """The record's events as JSON lines (with ``keys``: ``{"key", "value"}``), the text
+        of ``events``' dicts made without them (``DebeziumFormatter.text``)."""
+        header = wire.read_window_header(record)
         keys, tombstones = self.options.keys, self.options.keys and self.options.tombstones
-        for raw, key, value in self.events(record, codec_for, with_keys=keys):
-            line = {"key": key, "value": value} if keys else value
-            yield json.dumps(line, ensure_ascii=False, separators=(",", ":"))
+        for raw, formatter, op, tx in self._walk(record, codec_for):
+            payload = None if raw.op == "t" else raw.payload
+            key, value = formatter.text(op, payload, header.scn, header.ts_ms, tx, keys)
+            key = "null" if key is None else key
+            yield f'{{"key":{key},"value":{value}}}' if keys else value
             if tombstones and raw.op == "d":  # tombstones.on.delete: the key, no value
-                yield json.dumps({"key": key, "value": None}, separators=(",", ":"))
+                yield f'{{"key":{ascii_json(key)},"value":null}}'
 
     def __call__(self, record: bytes, codec_for: CodecFor) -> JsonWindow:
         """The client's window decoder (the signature of ``events.window_json``)."""

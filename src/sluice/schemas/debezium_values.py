@@ -113,10 +113,14 @@ def _unscaled_bytes(unscaled: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One column's Debezium value converter and its Kafka Connect schema."""
+    """One column's Debezium value converter and its Kafka Connect schema. ``text`` tells the
+    text renderers (``debezium_text.py``) what ``convert`` gives beyond its name: ``int`` (an
+    int), ``toast`` (the text, or the placeholder for an unchanged TOASTed value), ``decimal``
+    (precise mode: base64 of the unscaled value); '' nothing known."""
 
     convert: Callable[[Any], Any]
     schema: dict[str, Any]
+    text: str = ""
 
 
 class _Conventions:
@@ -158,30 +162,31 @@ class _Conventions:
         params = {"scale": str(scale)}
         if precision is not None:
             params["connect.decimal.precision"] = str(precision)
-        return Field(precise, _named("bytes", "org.apache.kafka.connect.data.Decimal", params))
+        schema = _named("bytes", "org.apache.kafka.connect.data.Decimal", params)
+        return Field(precise, schema, "decimal")
 
     def micros_time(self, precision: int | None, always_micro: bool = False) -> Field:
         """A time of day (microseconds) by ``time.precision.mode`` (MySQL's default mode,
         ``adaptive_time_microseconds``, keeps every TIME in microseconds)."""
         mode = self.options.time_precision
         if mode == "connect":
-            return Field(lambda us: us // 1000, _connect("int32", "Time"))
+            return Field(lambda us: us // 1000, _connect("int32", "Time"), "int")
         micro = always_micro or mode == "adaptive_time_microseconds"
         if not micro and precision is not None and precision <= 3:
-            return Field(lambda us: us // 1000, _named("int32", "io.debezium.time.Time"))
-        return Field(lambda us: us, _named("int64", "io.debezium.time.MicroTime"))
+            return Field(lambda us: us // 1000, _named("int32", "io.debezium.time.Time"), "int")
+        return Field(lambda us: us, _named("int64", "io.debezium.time.MicroTime"), "int")
 
     def micros_timestamp(self, precision: int | None) -> Field:
         if self.options.time_precision == "connect":
-            return Field(_millis, _connect("int64", "Timestamp"))
+            return Field(_millis, _connect("int64", "Timestamp"), "int")
         if precision is not None and precision <= 3:
-            return Field(_millis, _named("int64", "io.debezium.time.Timestamp"))
-        return Field(_micros, _named("int64", "io.debezium.time.MicroTimestamp"))
+            return Field(_millis, _named("int64", "io.debezium.time.Timestamp"), "int")
+        return Field(_micros, _named("int64", "io.debezium.time.MicroTimestamp"), "int")
 
     def date(self) -> Field:
         if self.options.time_precision == "connect":
-            return Field(_days, _connect("int32", "Date"))
-        return Field(_days, _named("int32", "io.debezium.time.Date"))
+            return Field(_days, _connect("int32", "Date"), "int")
+        return Field(_days, _named("int32", "io.debezium.time.Date"), "int")
 
 
 # PostgreSQL's infinite dates and timestamps as Debezium's PostgreSQL connector gives them
@@ -312,7 +317,7 @@ def _pg_field(col: Column, c: _Conventions) -> Field:
     def or_placeholder(value: Any) -> Any:
         return placeholder if value == UNCHANGED_TOAST else convert(value)
 
-    return Field(or_placeholder, field.schema)
+    return Field(or_placeholder, field.schema, "toast" if convert is str else "")
 
 
 def _pg_value(col: Column, c: _Conventions) -> Field:
@@ -413,7 +418,7 @@ def _mysql_field(col: Column, c: _Conventions) -> Field:
     if kind == "uint64":
         if c.options.unsigned_precise:
             return c.decimal(0, 20)
-        return Field(_signed64, {"type": "int64"})
+        return Field(_signed64, {"type": "int64"}, "int")
     if kind == "bit":
         bits = precision or 1
         if bits == 1:

@@ -338,10 +338,10 @@ _DOUBLE = struct.Struct("<d")
 def _canonical_row(columns: Sequence[Column]) -> Callable[[bytes, int], tuple[list[Any], int]]:
     """Generated ``row(data, pos) -> ([values], pos)``: one straight-line reader per column
     (varints of up to three bytes inline), as the JSON decoders are."""
-    env: dict[str, Any] = {"_L": read_long, "_unpack": _DOUBLE.unpack_from, "_set": _set}
+    env = canonical_env()
     lines = ["def row(data, pos):"]
     for i, col in enumerate(columns):
-        body = _canonical_lines(i, col, env)
+        body = canonical_lines(i, col, env)
         if isinstance(col.avro_type(), list):
             lines += [
                 f"    if data[pos] == 0: pos += 1; v{i} = None",
@@ -357,17 +357,27 @@ def _canonical_row(columns: Sequence[Column]) -> Callable[[bytes, int], tuple[li
     return row
 
 
-def _canonical_lines(i: int, col: Column, env: dict[str, Any]) -> list[str]:
+def canonical_env() -> dict[str, Any]:
+    """The names ``canonical_lines``' statements use, for the generated code's globals."""
+    return {"_L": read_long, "_unpack": _DOUBLE.unpack_from, "_set": _set}
+
+
+def canonical_lines(i: int, col: Column, env: dict[str, Any]) -> list[str]:
+    """Generated statements reading a non-null value of ``col`` at ``pos`` into ``v<i>`` as
+    its canonical value (the Debezium text renderers read through them too)."""
     kind = KIND[col.kind]
     if kind.wire == "long":
         value = f"v{i} = (x >> 1) ^ -(x & 1)"
-        return [
+        return [  # up to three bytes inline (keys, counters, dates), the function beyond
             "b = data[pos]",
             f"if b < 128: v{i} = (b >> 1) ^ -(b & 1); pos += 1",
             "else:",
             "    c = data[pos + 1]",
             f"    if c < 128: x = b & 127 | c << 7; pos += 2; {value}",
-            f"    else: v{i}, pos = _L(data, pos)",
+            "    else:",
+            "        d = data[pos + 2]",
+            f"        if d < 128: x = b & 127 | (c & 127) << 7 | d << 14; pos += 3; {value}",
+            f"        else: v{i}, pos = _L(data, pos)",
         ]
     if kind.wire == "double":
         return [f"v{i} = _unpack(data, pos)[0]; pos += 8"]

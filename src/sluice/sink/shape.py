@@ -27,6 +27,7 @@ from sluice.schemas.arrow_decoder import Undecodable, arrow_decodable, never_und
 from sluice.schemas.avro import RowCodec, TableSchema
 from sluice.schemas.columns import KIND
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
+from sluice.schemas.debezium_text import compact
 from sluice.schemas.decoder import canonical_envelope
 from sluice.schemas.events import json_line
 from sluice.sink.columnar import Columnar, JsonBodies, TablePart
@@ -455,16 +456,23 @@ class Shaper:
         formatter = self._debezium.formatter(raw.source, raw.schema_version, window.codec_for)
         # (a primary-key change is a delete and an insert from the capture on, as Debezium
         # sends it: no update here changes its key)
-        key, value = formatter.event(raw.op, raw.payload, window.scn, window.ts_ms, None, True)
-        _project(shape, value)
-        if self.settings.connect_records:
-            self._record = (key, value)
-            return b"", None
+        if shape.all_columns and not self.settings.connect_records:  # text, without dicts
+            key, value = formatter.text(raw.op, raw.payload, window.scn, window.ts_ms, None, True)
+        else:
+            key_dict, value_dict = formatter.event(
+                raw.op, raw.payload, window.scn, window.ts_ms, None, True
+            )
+            _project(shape, value_dict)
+            if self.settings.connect_records:
+                self._record = (key_dict, value_dict)
+                return b"", None
+            key = None if key_dict is None else compact(key_dict)
+            value = compact(value_dict)
         if self.settings.message_keys:
-            key_body = None if key is None else _compact(key)
-            return _compact(value), key_body
-        line = {"key": key, "value": value} if self._debezium.options.keys else value
-        return _compact(line), None
+            return value.encode(), None if key is None else key.encode()
+        if self._debezium.options.keys:  # json.dumps({"key": ..., "value": ...})'s text
+            value = f'{{"key":{key or "null"},"value":{value}}}'
+        return value.encode(), None
 
     def _truncate_body(self, window: RecordWindow, raw: wire.RawEvent) -> bytes:
         fmt = self.settings.format
@@ -477,14 +485,10 @@ class Shaper:
             if self.settings.connect_records:
                 self._record = (None, value)
                 return b""
-            return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+            return compact(value).encode()
         if fmt == "avro":
             return b""
         return json_line(window.scn, window.ts_ms, raw, "null", "null", "null").encode()
-
-
-def _compact(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _project(shape: _TableShape, value: dict[str, Any]) -> None:
