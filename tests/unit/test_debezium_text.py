@@ -27,6 +27,7 @@ from sluice.schemas.columns import (
     UNCHANGED_TOAST,
 )
 from sluice.schemas.debezium import DebeziumFormatter, DebeziumOptions, DebeziumWindows
+from sluice.sink import shape
 from sluice.sink.shape import Shaper, ShapeSettings
 
 Strategy = st.SearchStrategy[Any]
@@ -232,12 +233,13 @@ def test_the_benchmark_table_takes_no_converter_calls() -> None:
     assert json.loads(value)["after"]["dc"] == "fQ=="  # 125 unscaled
 
 
-@settings(max_examples=60, deadline=None)
-@given(case=_case(), options=_OPTIONS, message_keys=st.booleans())
+@settings(max_examples=80, deadline=None)
+@given(case=_case(), options=_OPTIONS, message_keys=st.booleans(), bulk=st.booleans())
 def test_the_shapers_bodies_are_the_dicts_json(
-    case: Any, options: dict[str, str], message_keys: bool
+    case: Any, options: dict[str, str], message_keys: bool, bulk: bool
 ) -> None:
-    """The sink's bodies and keys: from the text, as they were from the dicts."""
+    """The sink's changes (bodies, keys, ids): from the text, per event or per window
+    (``bulk``: ``Shaper._debezium_changes``), as they were from the dicts per event."""
     schema, source, events = case
     codec = RowCodec(schema)
     record = _record(schema, events)
@@ -248,7 +250,9 @@ def test_the_shapers_bodies_are_the_dicts_json(
     settings_ = ShapeSettings(
         format="debezium", debezium=tuple(options.items()), message_keys=message_keys
     )
-    texts = Shaper(settings_, source).batch(window).changes
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shape, "BULK_EVENTS", 1 if bulk else 10**9)
+        texts = Shaper(settings_, source).batch(window).changes
 
     def dicts(formatter: DebeziumFormatter, *args: Any) -> tuple[str | None, str]:
         key, value = formatter.event(*args)
@@ -256,5 +260,6 @@ def test_the_shapers_bodies_are_the_dicts_json(
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(DebeziumFormatter, "text", dicts)
+        patch.setattr(shape, "BULK_EVENTS", 10**9)
         expected = Shaper(settings_, source).batch(window).changes
-    assert [(c.body, c.key_body) for c in texts] == [(c.body, c.key_body) for c in expected]
+    assert texts == expected

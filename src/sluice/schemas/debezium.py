@@ -122,12 +122,46 @@ class DebeziumFormatter:
         if payload is None:  # a truncate: no images (rare, the dicts' path)
             key_dict, value_dict = self.event(op, None, scn, ts_ms, transaction, with_key)
             return (None if key_dict is None else compact(key_dict)), compact(value_dict)
+        before, after, key, _ = self._images_text()(payload, 0)
+        return self._text(op, before, after, key, scn, ts_ms, transaction, with_key)
+
+    def window_text(
+        self, record: bytes, starts: Sequence[int], ops: Sequence[str], scn: int, ts_ms: int
+    ) -> tuple[list[str | None], list[str], list[int]]:
+        """``text`` (with keys) of this table's events in a window, their payloads read where
+        they start in ``record`` (no truncates, no transaction blocks): the keys, the values,
+        and where each payload ends."""
+        images, render = self._images_text(), self._text
+        keys: list[str | None] = []
+        values, ends = [], []
+        for start, op in zip(starts, ops, strict=True):
+            before, after, key, end = images(record, start)
+            key, value = render(op, before, after, key, scn, ts_ms, None, True)
+            keys.append(key)
+            values.append(value)
+            ends.append(end)
+        return keys, values, ends
+
+    def _images_text(self) -> ImagesText:
         if self._texts is None:
             self._texts = images_text(
                 self.schema.columns, self.fields, self.key_index, self.options.unavailable,
                 f"{self.schema.source} v{self.schema.version}",
             )  # fmt: skip
-        before, after, key = self._texts(payload)
+        return self._texts
+
+    def _text(
+        self,
+        op: str,
+        before: str,
+        after: str,
+        key: str | None,
+        scn: int,
+        ts_ms: int,
+        transaction: dict[str, Any] | None,
+        with_key: bool,
+    ) -> tuple[str | None, str]:
+        """The envelope around an event's image texts, and its key's."""
         if op == "r":
             before = "null"
             if after == "null":

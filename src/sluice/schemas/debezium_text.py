@@ -27,8 +27,9 @@ from sluice.schemas.decoder import canonical_env, canonical_lines
 
 __all__ = ["ImagesText", "ascii_json", "compact", "images_text", "value_text"]
 
-# (before, after, key payload) texts; "null" for an absent image, None for no key
-ImagesText = Callable[[bytes], tuple[str, str, str | None]]
+# (data, pos) -> the texts of the payload at pos: before, after ("null" when absent), the
+# key's payload (None without a key), and where the payload ends
+ImagesText = Callable[[bytes, int], tuple[str, str, str | None, int]]
 compact: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 # Decimal's default context keeps 28 digits: a precise decimal up to this many digits is read
 # exactly by the dict path too (beyond, its quantize raises: such columns keep that path).
@@ -132,9 +133,9 @@ def images_text(
     placeholder: str,
     what: str,
 ) -> ImagesText:
-    """``payload -> (before, after, key payload)`` texts of a table version's events: the
-    images as ``_image``'s dicts dump, "null" when absent; the key's ``{name: value}`` of the
-    after image, else the before image (None when the table has no key)."""
+    """``(data, pos) -> (before, after, key payload, end)`` of a table version's payload at
+    ``pos``: the images as ``_image``'s dicts dump, "null" when absent; the key's ``{name:
+    value}`` of the after image, else the before image (None when the table has no key)."""
     gen = _Generator(placeholder)
     lines = ["def row(data, pos):"]
     for i, (col, field) in enumerate(zip(columns, fields, strict=True)):
@@ -150,16 +151,16 @@ def images_text(
     run_generated(lines, gen.env, f"Debezium text of {what}")
     row: Callable[[bytes, int], tuple[str, str | None, int]] = gen.env["row"]
 
-    def envelope(payload: bytes) -> tuple[str, str, str | None]:
+    def envelope(data: bytes, pos: int) -> tuple[str, str, str | None, int]:
         key: str | None = None
-        if payload[0]:
-            before, key, pos = row(payload, 1)
+        if data[pos]:
+            before, key, pos = row(data, pos + 1)
         else:
-            before, pos = "null", 1
-        if payload[pos]:
-            after, key, _ = row(payload, pos + 1)
+            before, pos = "null", pos + 1
+        if data[pos]:
+            after, key, pos = row(data, pos + 1)
         else:
-            after = "null"
-        return before, after, key
+            after, pos = "null", pos + 1
+        return before, after, key, pos
 
     return envelope

@@ -2,19 +2,16 @@
 filter, routing templates, the event format (Sluice JSON, Debezium JSON, Avro) and stable ids.
 
 What each table version needs (selected columns, decoders, the filter's converters) is made
-once per (source, schema version) in ``_TableShape``.
+once per (source, schema version) in ``TableShape`` (``shape_table.py``).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import logging
-import string
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -22,45 +19,43 @@ from sluice.client import RecordWindow
 from sluice.core import wire
 from sluice.core.checkpoint import Snapshot
 from sluice.core.names import split_source
-from sluice.errors import ConfigError
-from sluice.schemas.arrow_decoder import Undecodable, arrow_decodable, never_undecodable
-from sluice.schemas.avro import RowCodec, TableSchema
-from sluice.schemas.columns import KIND
+from sluice.schemas.arrow_decoder import Undecodable, never_undecodable
+from sluice.schemas.avro import TableSchema
 from sluice.schemas.debezium import DebeziumOptions, DebeziumWindows
 from sluice.schemas.debezium_text import compact
-from sluice.schemas.decoder import canonical_envelope
 from sluice.schemas.events import json_line
-from sluice.sink.columnar import Columnar, JsonBodies, TablePart
-from sluice.sink.expr import Expression, parse_filter
+from sluice.sink.columnar import Columnar, TablePart
+from sluice.sink.shape_table import (
+    ROUTE_FIELDS,
+    Format,
+    ShapeSettings,
+    TableShape,
+    check_template,
+)
 from sluice.sink.target import Batch, Change
 
-Format = Literal["json", "debezium", "avro"]
+__all__ = [
+    "BULK_EVENTS",
+    "CONTENT_TYPES",
+    "ROUTE_FIELDS",
+    "Format",
+    "ShapeSettings",
+    "Shaper",
+    "check_template",
+    "origin_of",
+]
+
 log = logging.getLogger(__name__)
 _OP_NAMES = {"c": "insert", "u": "update", "d": "delete", "t": "TRUNCATE"}
 CONTENT_TYPES = {"json": "application/json", "debezium": "application/json", "avro": "avro/binary"}
-ROUTE_FIELDS = ("source", "db", "table", "op", "prefix")  # prefix: topic.prefix
 # Snapshot rows: the bootstrap's row cursor holds the row number in its low 48 bits (the
 # generation above); a snapshot window has at most 2**12 rows (the bootstrap sends 500).
 SNAPSHOT_ROWS = (1 << 48) - 1
 SNAPSHOT_INDEX_BITS = 12
-# Windows of at least this many events get their JSON bodies from Arrow (below it, Arrow's
-# fixed cost per window outweighs the row decoder's cost per event).
+# Windows of at least this many events get their bodies per table: Sluice JSON from Arrow
+# (below it, Arrow's fixed cost per window outweighs the row decoder's cost per event),
+# Debezium's from the record without an event object each.
 BULK_EVENTS = 64
-
-
-def check_template(template: str, what: str = "route") -> str:
-    """A routing template may use ``{source}``, ``{db}``, ``{table}``, ``{op}``."""
-    try:
-        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
-    except ValueError as exc:
-        raise ConfigError(f"{what} template {template!r} is malformed: {exc}") from None
-    for name in names:
-        if name not in ROUTE_FIELDS:
-            raise ConfigError(
-                f"{what} template {template!r} uses {{{name}}}; it may use "
-                + ", ".join("{" + f + "}" for f in ROUTE_FIELDS)
-            )
-    return template
 
 
 def origin_of(source_info: Mapping[str, Any]) -> str:
@@ -72,139 +67,10 @@ def origin_of(source_info: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-@dataclass(frozen=True, slots=True)
-class ShapeSettings:
-    format: Format = "json"
-    debezium: tuple[tuple[str, str], ...] = ()
-    include_columns: tuple[str, ...] = ()  # DB.TABLE.COLUMN, shell-style patterns
-    exclude_columns: tuple[str, ...] = ()
-    filter: str | None = None  # for every source
-    filters: tuple[tuple[str, str], ...] = ()  # (source, expression): that source only
-    route: str = "{source}"
-    origin: str = ""
-    bodies: bool = True  # False: table targets take images, not formatted bodies
-    keys: bool = True  # the canonical key text on each change (Redis's ``key`` field)
-    message_keys: bool = False  # --format debezium: Debezium's key apart (``Change.key_body``)
-    connect_records: bool = False  # Debezium's key and value as objects (``Change.record``)
-    filtered_as_deletes: bool = False  # table targets: a row leaving the filter is deleted
-    columnar: bool = False  # table targets that decode whole windows (``Batch.columns``)
-    parsed: dict[str, Expression | None] = field(default_factory=dict, compare=False)
-
-    def __post_init__(self) -> None:
-        check_template(self.route)
-        if self.format == "avro" and (self.include_columns or self.exclude_columns):
-            raise ConfigError(
-                "--format avro sends the relay's Avro payloads as they are, so it cannot drop "
-                "columns: remove --include-column/--exclude-column, or use --format json"
-            )
-        for pattern in (*self.include_columns, *self.exclude_columns):
-            if pattern.count(".") < 2:
-                raise ConfigError(f"column pattern {pattern!r} must be DB.TABLE.COLUMN (* allowed)")
-        self.parsed["*"] = parse_filter(self.filter) if self.filter else None
-        for source, text in self.filters:
-            self.parsed[source] = parse_filter(text)
-
-    def expression(self, source: str) -> Expression | None:
-        return self.parsed.get(source, self.parsed.get("*"))
-
-
-def _selected(schema: TableSchema, settings: ShapeSettings) -> list[int]:
-    """Indexes of the columns kept: included (all when no include pattern names the table),
-    minus excluded; key columns are always kept (targets need them to upsert and delete)."""
-
-    def hit(patterns: tuple[str, ...], column: str) -> bool:
-        name = f"{schema.source}.{column}"
-        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
-
-    table_included = [
-        p
-        for p in settings.include_columns
-        if fnmatch.fnmatchcase(schema.source, p.rsplit(".", 1)[0])
-    ]
-    keep = []
-    for i, col in enumerate(schema.columns):
-        if col.name in schema.primary_key:
-            keep.append(i)
-        elif table_included and not hit(tuple(table_included), col.name):
-            continue
-        elif not hit(settings.exclude_columns, col.name):
-            keep.append(i)
-    return keep
-
-
-def _filter_value(kind: str) -> Callable[[Any], Any]:
-    """A canonical value as the filter sees it: the JSON mapping, but decimals stay exact."""
-    if (KIND[kind].wire == "decimal" and kind != "uint64") or KIND[kind].wire == "double":
-        return lambda v: v  # NaN stays a number here (JSON writes it as a string)
-    return KIND[kind].canonical_json()
-
-
-class _TableShape:
-    """One table version: its selected columns, images and filter."""
-
-    def __init__(
-        self, codec: RowCodec, settings: ShapeSettings, debezium: DebeziumWindows | None
-    ) -> None:
-        full = codec.schema
-        self.codec = codec
-        self.keep = _selected(full, settings)
-        self.all_columns = len(self.keep) == len(full.columns)
-        columns = tuple(full.columns[i] for i in self.keep)
-        self.schema = TableSchema(full.source, full.version, columns, full.primary_key)
-        self.images = canonical_envelope(full.columns)
-        self.expression = settings.expression(full.source)
-        self.filter_columns: list[tuple[str, int, Callable[[Any], Any]]] = []
-        if self.expression is not None:
-            index = {col.name: i for i, col in enumerate(full.columns)}
-            self.filter_columns = [
-                (name, index[name], _filter_value(full.columns[index[name]].kind))
-                for name in sorted(self.expression.names)
-                if name in index  # excluded columns can still be filtered on
-            ]
-        self.json_values = [KIND[col.kind].canonical_json() for col in columns]
-        db, table = split_source(full.source)  # the filter's @source @db @table, made once
-        self.meta: dict[str, Any] = {"source": full.source, "db": db, "table": table}
-        self.debezium = debezium
-        self._json_bodies: JsonBodies | None = None
-        # Images are decoded only where something reads them: tables, the filter, JSON
-        # bodies without some columns (else the body comes straight from Avro).
-        self.images_needed = (
-            not settings.bodies
-            or self.expression is not None
-            or (settings.format == "json" and not self.all_columns)
-        )
-
-    def json_bodies(self) -> JsonBodies | None:
-        """The Arrow builder of this version's JSON lines (None: a kind it cannot read)."""
-        if self._json_bodies is None and arrow_decodable(self.codec.schema):
-            self._json_bodies = JsonBodies(self.codec.schema)
-        return self._json_bodies
-
-    def project(self, image: list[Any] | None) -> list[Any] | None:
-        if image is None or self.all_columns:
-            return image
-        return [image[i] for i in self.keep]
-
-    def matches(self, image: list[Any] | None, meta: Mapping[str, Any]) -> bool:
-        if self.expression is None:
-            return True
-        if image is None:
-            return False
-        row = {
-            name: None if image[i] is None else convert(image[i])
-            for name, i, convert in self.filter_columns
-        }
-        return self.expression.matches(row, meta)
-
-    def json_row(self, image: list[Any] | None) -> dict[str, Any] | None:
-        if image is None:
-            return None
-        return {
-            col.name: None if value is None else convert(value)
-            for col, convert, value in zip(
-                self.schema.columns, self.json_values, image, strict=True
-            )
-        }
+# A table's part of a window: source, version, schema, bodies, canonical keys, message keys
+_TableBodies = tuple[
+    str, int, TableSchema, list[bytes], list[str] | None, list[bytes | None] | None
+]
 
 
 def _spans(window: RecordWindow) -> wire.EventSpans:
@@ -220,10 +86,10 @@ class Shaper:
         self.filtered = 0  # events the filter dropped (or turned into deletes)
         self.skipped = 0  # events --format debezium's skipped.operations dropped
         self._skipped_said: set[tuple[str, str]] = set()
-        self._tables: dict[tuple[str, int], _TableShape] = {}
+        self._tables: dict[tuple[str, int], TableShape] = {}
         self._routes: dict[tuple[str, str], str] = {}
         self._debezium: DebeziumWindows | None = None
-        self._json_bulk = settings.bodies and settings.format == "json"
+        self._bulk = settings.bodies and settings.format in ("json", "debezium")
         self._prefix = DebeziumOptions.parse(dict(settings.debezium)).name  # {prefix}
         self._record: tuple[Any, Any] | None = None  # connect_records: the event's, see _change
         if settings.format == "debezium" and settings.bodies:
@@ -237,8 +103,10 @@ class Shaper:
                 return Batch(
                     window.scn, window.ts_ms, (), checkpoint=window.checkpoint, columns=columns
                 )
-        if self._json_bulk and wire.read_window_header(window.record).n_events >= BULK_EVENTS:
-            changes = self._json_changes(window)
+        if self._bulk and wire.read_window_header(window.record).n_events >= BULK_EVENTS:
+            changes = self._json_changes(window) if self._debezium is None else None
+            if self._debezium is not None and not self.settings.connect_records:
+                changes = self._debezium_changes(window)
             if changes is not None:
                 return Batch(
                     window.scn, window.ts_ms, changes, first=window.first_seq == 0,
@@ -253,7 +121,7 @@ class Shaper:
         if spans.has_truncate:
             return None
         scn, ts_ms, keys_wanted = window.scn, window.ts_ms, self.settings.keys
-        tables: list[tuple[str, int, TableSchema, list[bytes], list[str] | None]] = []
+        tables: list[_TableBodies] = []
         for (source, version), starts, ops in zip(
             spans.tables, spans.starts, spans.ops, strict=True
         ):
@@ -266,16 +134,53 @@ class Shaper:
                 bodies, keys = coder.lines(window.record, scn, ts_ms, starts, ops, keyed)
             except Undecodable:
                 return None
-            tables.append((source, version, shape.schema, bodies, keys))
+            tables.append((source, version, shape.schema, bodies, keys, None))
+        return self._changes(window, spans, tables)
+
+    def _debezium_changes(self, window: RecordWindow) -> tuple[Change, ...] | None:
+        """A window's changes with Debezium bodies rendered per table straight from the
+        record (``DebeziumFormatter.window_text``: no event objects), when no event needs
+        shaping on its own (no truncate, skipped op, transaction block, filter or dropped
+        column)."""
+        assert self._debezium is not None
+        spans, options = _spans(window), self._debezium.options
+        if spans.has_truncate or options.transactions:
+            return None
+        record, scn, ts_ms = window.record, window.scn, window.ts_ms
+        tables: list[_TableBodies] = []
+        for (source, version), starts, ops in zip(
+            spans.tables, spans.starts, spans.ops, strict=True
+        ):
+            shape = self._table(window, source, version)
+            if shape.expression is not None or not shape.all_columns:
+                return None
+            if not options.skipped.isdisjoint(ops):
+                return None
+            formatter = self._debezium.formatter(source, version, window.codec_for)
+            keys, values, ends = formatter.window_text(record, starts, ops, scn, ts_ms)
+            texts = None
+            if self.settings.keys and shape.schema.primary_key:
+                reader = shape.codec.key_reader()
+                texts = [reader(record[a:b]) for a, b in zip(starts, ends, strict=True)]
+            pairs = [self._debezium_bytes(k, v) for k, v in zip(keys, values, strict=True)]
+            bodies, key_bodies = [p[0] for p in pairs], [p[1] for p in pairs]
+            tables.append((source, version, shape.schema, bodies, texts, key_bodies))
+        return self._changes(window, spans, tables)
+
+    def _changes(
+        self, window: RecordWindow, spans: wire.EventSpans, tables: list[_TableBodies]
+    ) -> tuple[Change, ...]:
+        """The changes of a window whose bodies were made per table, in the window's order."""
+        scn, ts_ms = window.scn, window.ts_ms
         first, tag = self._index_base(window)
         ident = f"{self.settings.origin}-{scn}-{tag}"
         if len(tables) == 1:  # the events in order are the table's
-            source, version, schema, bodies, texts = tables[0]
+            source, version, schema, bodies, texts, keys = tables[0]
             routes = {op: self.route(source, op) for op in "cudr"}
             return tuple(
                 Change(scn, first + j, source, op, ts_ms, version, schema,  # type: ignore[arg-type]
                        None if texts is None else texts[j], None, None, routes[op],
-                       f"{ident}{first + j}", bodies[j])
+                       f"{ident}{first + j}", bodies[j], None if keys is None else keys[j])
                 for j, op in enumerate(spans.ops[0])
             )  # fmt: skip
         cursors = [0] * len(tables)
@@ -283,12 +188,12 @@ class Shaper:
         for i, number in enumerate(spans.order):
             j = cursors[number]
             cursors[number] = j + 1
-            source, version, schema, bodies, texts = tables[number]
+            source, version, schema, bodies, texts, keys = tables[number]
             op, index = spans.ops[number][j], first + i
             changes.append(
                 Change(scn, index, source, op, ts_ms, version, schema,  # type: ignore[arg-type]
                        None if texts is None else texts[j], None, None, self.route(source, op),
-                       f"{ident}{index}", bodies[j])
+                       f"{ident}{index}", bodies[j], None if keys is None else keys[j])
             )  # fmt: skip
         return tuple(changes)
 
@@ -320,7 +225,7 @@ class Shaper:
         events = sum(len(starts) for starts in spans.starts)
         return Columnar(window.record, tuple(parts), events, lambda: self._rows(window).changes)
 
-    def _columnar_route(self, shape: _TableShape) -> str | None:
+    def _columnar_route(self, shape: TableShape) -> str | None:
         """The table's one route, when its events need nothing each (else None)."""
         full = shape.codec.schema
         if shape.expression is not None or not full.primary_key or not never_undecodable(full):
@@ -365,11 +270,11 @@ class Shaper:
                 raw.source, _OP_NAMES.get(raw.op, raw.op),
             )  # fmt: skip
 
-    def _table(self, window: RecordWindow, source: str, version: int) -> _TableShape:
+    def _table(self, window: RecordWindow, source: str, version: int) -> TableShape:
         shape = self._tables.get((source, version))
         if shape is None:
             codec = window.codec_for(source, version)
-            shape = self._tables[(source, version)] = _TableShape(
+            shape = self._tables[(source, version)] = TableShape(
                 codec, self.settings, self._debezium
             )
         return shape
@@ -421,7 +326,7 @@ class Shaper:
         self,
         window: RecordWindow,
         raw: wire.RawEvent,
-        shape: _TableShape,
+        shape: TableShape,
         key: str | None,
         before: list[Any] | None,
         after: list[Any] | None,
@@ -450,24 +355,28 @@ class Shaper:
         return json.dumps(event, ensure_ascii=False).encode(), None
 
     def _debezium_body(
-        self, window: RecordWindow, raw: wire.RawEvent, shape: _TableShape
+        self, window: RecordWindow, raw: wire.RawEvent, shape: TableShape
     ) -> tuple[bytes, bytes | None]:
         assert self._debezium is not None
         formatter = self._debezium.formatter(raw.source, raw.schema_version, window.codec_for)
         # (a primary-key change is a delete and an insert from the capture on, as Debezium
         # sends it: no update here changes its key)
+        event = (raw.op, raw.payload, window.scn, window.ts_ms, None, True)
         if shape.all_columns and not self.settings.connect_records:  # text, without dicts
-            key, value = formatter.text(raw.op, raw.payload, window.scn, window.ts_ms, None, True)
+            key, value = formatter.text(*event)
         else:
-            key_dict, value_dict = formatter.event(
-                raw.op, raw.payload, window.scn, window.ts_ms, None, True
-            )
+            key_dict, value_dict = formatter.event(*event)
             _project(shape, value_dict)
             if self.settings.connect_records:
                 self._record = (key_dict, value_dict)
                 return b"", None
             key = None if key_dict is None else compact(key_dict)
             value = compact(value_dict)
+        return self._debezium_bytes(key, value)
+
+    def _debezium_bytes(self, key: str | None, value: str) -> tuple[bytes, bytes | None]:
+        """An event's body, and its message key (``message_keys``), from their texts."""
+        assert self._debezium is not None
         if self.settings.message_keys:
             return value.encode(), None if key is None else key.encode()
         if self._debezium.options.keys:  # json.dumps({"key": ..., "value": ...})'s text
@@ -491,7 +400,7 @@ class Shaper:
         return json_line(window.scn, window.ts_ms, raw, "null", "null", "null").encode()
 
 
-def _project(shape: _TableShape, value: dict[str, Any]) -> None:
+def _project(shape: TableShape, value: dict[str, Any]) -> None:
     """Drop the columns not selected from a Debezium envelope's images."""
     if shape.all_columns:
         return
