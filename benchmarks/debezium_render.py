@@ -3,7 +3,9 @@
 
 - ``dicts``: ``DebeziumFormatter.event`` and ``json.dumps`` of the envelope and the key, what
   the sink did before the text renderers (the dicts stay for Spark rows and Avro records);
-- ``sink``: what the Kafka sink's shaper does now per event (value and key text);
+- ``text``: ``DebeziumFormatter.text`` per event (value and key text, as bytes);
+- ``window``: ``DebeziumFormatter.window_text``, the Kafka sink's shaper on windows of
+  ``BULK_EVENTS`` or more (the payloads read in place in the record);
 - ``lines``: ``DebeziumWindows.lines`` (the relay's ``format=debezium``, ``sluice tail``).
 
 Each with ``schemas.enable`` false and true; best of REPEAT timings. Run alone:
@@ -84,18 +86,25 @@ def _paths(schemas: bool) -> dict[str, Callable[[], Any]]:
             key, value = formatter.event(raw.op, raw.payload, header.scn, header.ts_ms, None, True)
             dumps(value), dumps(key)
 
-    paths: dict[str, Callable[[], Any]] = {"dicts": dicts}
-    render = getattr(formatter, "text", None)
-    if render is not None:
+    def text() -> None:
+        for raw in raws:
+            key, value = formatter.text(raw.op, raw.payload, header.scn, header.ts_ms, None, True)
+            value.encode(), key and key.encode()
 
-        def sink() -> None:
-            for raw in raws:
-                key, value = render(raw.op, raw.payload, header.scn, header.ts_ms, None, True)
-                value.encode(), key.encode()
+    spans = wire.event_spans(record)
 
-        paths["sink"] = sink
-    paths["lines"] = lambda: list(windows.lines(record, lookup))
-    return paths
+    def window() -> None:
+        keys, values, _ = formatter.window_text(
+            record, spans.starts[0], spans.ops[0], header.scn, header.ts_ms
+        )
+        [v.encode() for v in values], [k and k.encode() for k in keys]
+
+    return {
+        "dicts": dicts,
+        "text": text,
+        "window": window,
+        "lines": lambda: list(windows.lines(record, lookup)),
+    }
 
 
 def run() -> dict[str, Any]:
