@@ -31,8 +31,8 @@ __all__ = ["ImagesText", "ascii_json", "compact", "images_text", "value_text"]
 # key's payload (None without a key), and where the payload ends
 ImagesText = Callable[[bytes, int], tuple[str, str, str | None, int]]
 compact: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-# Decimal's default context keeps 28 digits: a precise decimal up to this many digits is read
-# exactly by the dict path too (beyond, its quantize raises: such columns keep that path).
+# Precise decimals of up to this many digits are rendered here; longer ones (rare) go through
+# the dict path's converter, which is exact at any size (decoder.EXACT).
 _EXACT_DIGITS = 28
 
 

@@ -26,6 +26,7 @@ from sluice.schemas.columns import (
     Column,
     float_json,
 )
+from sluice.schemas.decoder import EXACT
 
 _PRECISION = re.compile(r"\((\d+)(?:\s*,\s*(-?\d+))?\)")
 _EPOCH = dt.datetime(1970, 1, 1)
@@ -156,7 +157,7 @@ class _Conventions:
         def precise(value: Any) -> str | None:
             if value in _SPECIAL_NUMERIC:
                 return None
-            unscaled = int(Decimal(value).quantize(step).scaleb(scale))
+            unscaled = int(Decimal(value).quantize(step, context=EXACT).scaleb(scale, EXACT))
             return base64.b64encode(_unscaled_bytes(unscaled)).decode()
 
         params = {"scale": str(scale)}
@@ -243,7 +244,7 @@ def _variable_scale(value: Any) -> dict[str, Any] | None:
     number = Decimal(value)
     exponent = int(number.as_tuple().exponent)
     scale = max(0, -exponent)
-    unscaled = int(number.scaleb(scale))
+    unscaled = int(number.scaleb(scale, EXACT))
     return {"scale": scale, "value": base64.b64encode(_unscaled_bytes(unscaled)).decode()}
 
 
@@ -251,8 +252,8 @@ def _zoned_timestamp(precision: int | None) -> Callable[[int], str]:
     digits = 6 if precision is None else precision
 
     def convert(micros: int) -> str:
-        if micros in INFINITE:
-            return INFINITE[micros]  # Debezium's ZonedTimestamp says "infinity" too
+        if micros in (MICROS_INFINITY, MICROS_MINUS_INFINITY):  # not a date's: 2**31 us is
+            return INFINITE[micros]  # a real time. Debezium's ZonedTimestamp says "infinity" too
         stamp = _EPOCH + dt.timedelta(microseconds=micros)
         text = f"{stamp.year:04d}" + stamp.strftime("-%m-%dT%H:%M:%S")  # %Y: no padding
         if digits:

@@ -14,7 +14,7 @@ import datetime as dt
 import json
 import struct
 from collections.abc import Callable, Sequence
-from decimal import Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from json.encoder import encode_basestring
 from typing import Any
 
@@ -49,6 +49,11 @@ def read_long(data: bytes, pos: int) -> tuple[int, int]:
         value |= (b & 0x7F) << shift
         shift += 7
     return (value >> 1) ^ -(value & 1), pos
+
+
+# Decimal arithmetic without rounding: the default context keeps 28 digits, and a DECIMAL(65,30)
+# (or a PostgreSQL numeric of any size) lost its last digits in scaleb and quantize
+EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
 def decimal_text(scale: int) -> Callable[[bytes], str]:
@@ -399,7 +404,7 @@ def canonical_lines(i: int, col: Column, env: dict[str, Any]) -> list[str]:
 
 def _canonical_decimal(scale: int) -> Callable[[bytes], Decimal]:
     def convert(raw: bytes) -> Decimal:
-        return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale)
+        return Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-scale, EXACT)
 
     return convert
 

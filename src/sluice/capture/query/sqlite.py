@@ -36,6 +36,7 @@ from sluice.core.names import split_source
 from sluice.errors import DecodeError, SourceSetupError
 from sluice.schemas import Column, TableSchema
 from sluice.schemas.codegen import run_generated
+from sluice.schemas.decoder import EXACT
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _DECIMAL = re.compile(r"\(\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*)?\)")
@@ -117,7 +118,7 @@ def _decimal(scale: int) -> Callable[[Any], Decimal]:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError("not a number")
         number = Decimal(str(value))
-        exact = number.quantize(step)
+        exact = number.quantize(step, context=EXACT)
         if exact != number:
             raise ValueError(f"has more than {scale} decimals")
         return exact
