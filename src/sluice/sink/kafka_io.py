@@ -310,6 +310,7 @@ class KafkaIo:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,  # at the topic's end the broker would hold a fetch 0.5 s
         })  # fmt: skip
         where = f"Kafka {self.url.display}, topic {topic}"
         try:
