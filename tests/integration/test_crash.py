@@ -116,7 +116,9 @@ def test_consumer_sigkill_resumes_from_checkpoint(
         work.join(timeout=120)
         # The first tail may have caught up before its kill on a fast machine: more changes
         # after the kill give the resumed tail something to deliver in every run.
-        workload_thread(mariadb, database, seed=6, count=30).join(timeout=120)
+        more = Workload(conn, seed=6)
+        more.next_id = 1_000_000  # new rows' ids clear of the first workload's
+        more.run(30)
         _wait_relay_has(relay.url, conn)
         with outputs[1].open("w") as out:
             second = subprocess.run(
