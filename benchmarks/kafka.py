@@ -18,7 +18,7 @@ transactional), Debezium's the default (its producer is not).
   (``PUT /connectors/NAME/stop``) once that offset is stored; the rows are written; then each
   contender reads the range, order alternating: Sluice is a fresh ``sluice relay`` process
   (``--since-scn`` the same position) and a ``sluice sink --to kafka://`` process (defaults:
-  Debezium's JSON without schemas, transactions, ``--commit-interval`` 0.1), timed from
+  Debezium's JSON without schemas, transactions, ``--commit-interval`` 0.02), timed from
   launching the relay; Sluice again with ``--debezium-option schemas.enable=true`` (Debezium's
   own bytes); Debezium is resumed (``PUT .../resume``: its task starts, reads the schema
   history topic, then the binlog). Each is timed to the last row a consumer receives.
