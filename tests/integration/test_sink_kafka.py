@@ -39,7 +39,7 @@ from sluice.testing.postgres import PrivatePostgres
 from sluice.testing.relays import RelayThread
 from sluice.testing.truth import pg_table_rows, table_rows
 from tests.integration.kafka_support import Record, read_topics
-from tests.integration.sink_support import SOURCE_TABLES, SinkProcess, workload
+from tests.integration.sink_support import SOURCE_TABLES, SinkProcess, relay_events, workload
 from tests.integration.support import (
     create_database,
     get_json,
@@ -518,3 +518,29 @@ def test_a_message_the_topic_refuses_stops_the_sink_in_one_line_and_loses_nothin
     for topic, want in expected.items():
         assert len(mine.get(topic, [])) == len(want), topic
         assert mine[topic] == want, topic
+
+
+def test_format_json_keys_by_the_canonical_key_text(shop: Shop, kafka_server: PrivateKafka) -> None:
+    """``--format json``: Sluice's JSON lines as values, the canonical key text as keys (null
+    for a table without a key), tombstones after deletes; the relay's events, in order."""
+    workload(shop.conn, 40)
+    prefix = f"json{next(_ids)}"
+    to = f"kafka://{kafka_server.bootstrap}?topic={prefix}.{{db}}.{{table}}"
+    result = run_sluice("sink", "--to", to, "--relay", shop.relay.url, "--name", prefix,
+                        "--port", "0", "--format", "json", "--until-caught-up")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    got = read_topics(kafka_server.bootstrap, [f"{prefix}.{shop.name}.{t}" for t in TABLES])
+    events = relay_events(shop.relay.url, shop.sources)
+    for table in TABLES:
+        records = got[f"{prefix}.{shop.name}.{table}"]
+        values = [r.value for r in records if r.value is not None]
+        assert values == [e for e in events if e["source"] == f"{shop.name}.{table}"], table
+        for r in records:
+            want = None if r.value is None else r.value["key"]
+            if r.value is None:  # a tombstone: the key of the delete before it
+                assert r.key is not None
+                continue
+            assert r.key == want  # the canonical key text, parsed
+        tombstones = sum(1 for r in records if r.value is None)
+        deletes = sum(1 for v in values if v["op"] == "d" and v["key"] is not None)
+        assert tombstones == deletes, table
