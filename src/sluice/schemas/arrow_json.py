@@ -12,6 +12,7 @@ rare control characters), by the row decoder's own converter per value.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring
@@ -44,7 +45,15 @@ _ESCAPES = (("\\", "\\\\"), ('"', '\\"'), ("\n", "\\n"), ("\r", "\\r"), ("\t", "
             ("\b", "\\b"), ("\f", "\\f"))  # fmt: skip
 _OTHER_CONTROL = "[\\x00-\\x07\\x0b\\x0e-\\x1f]"
 _NEEDS_ESCAPE = '[\\x00-\\x1f"\\\\]'
-_NULL = pa.scalar("null")
+
+
+@functools.cache
+def _null() -> pa.Scalar:
+    """The text ``null`` as an Arrow scalar, made on first use: Arrow's first scalar or array
+    imports pandas (~0.15 s), which a process that never takes this path need not pay."""
+    return pa.scalar("null")
+
+
 _kernels, _MISSING = load("sluice.schemas._kernels", "the compiled column kernels")
 
 Text = Callable[[pa.Array], pa.Array]
@@ -424,12 +433,12 @@ class ArrowJson:
         """The value texts of one image's columns and its row texts (None and the scalar
         ``null`` when no payload has it: inserts have no before image, deletes no after)."""
         if not has.any():
-            return None, _NULL
-        values = [t(a).fill_null(_NULL) for t, a in zip(self.texts, columns, strict=True)]
+            return None, _null()
+        values = [t(a).fill_null(_null()) for t, a in zip(self.texts, columns, strict=True)]
         parts = [p for head, v in zip(self.heads, values, strict=True) for p in (head, v)]
         row = _join(*parts, "}")
         if not has.all():
-            row = pc.if_else(pa.array(has), row, _NULL)
+            row = pc.if_else(pa.array(has), row, _null())
         return values, row
 
 
