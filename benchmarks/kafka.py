@@ -67,6 +67,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from benchmarks.capture import DDL, ROW_SQL
 from benchmarks.common import relay_process, table, write_results
+from benchmarks.latency import percentiles
 from sluice.capture.mysql.metadata import end_scn
 from sluice.client import AsyncClient, ClientConfig
 from sluice.core.event import JsonWindow
@@ -384,16 +385,6 @@ class _Arrivals(threading.Thread):
             time.sleep(0.05)
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    return {
-        "p50_ms": round(statistics.median(ordered), 2),
-        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
-        "max_ms": round(ordered[-1], 2),
-        "n": len(ordered),
-    }
-
-
 def _write_paced(db: PrivateMariaDB, ids: range, rate: int) -> dict[int, float]:
     """Single-row commits at ``rate`` per second (autocommit): each id's commit time."""
     commits: dict[int, float] = {}
@@ -425,7 +416,7 @@ def _latency_run(
     finally:
         arrivals.stopping.set()
         arrivals.join(10)
-    return _percentiles([(arrivals.seen[i] - commits[i]) * 1000 for i in ids])
+    return percentiles([(arrivals.seen[i] - commits[i]) * 1000 for i in ids])
 
 
 def _latency(

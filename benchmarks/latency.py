@@ -29,7 +29,7 @@ class _Arrivals(BaseConsumer):
         self.seen[event.after["id"]] = time.perf_counter()
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def percentiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
     return {
         "p50_ms": round(statistics.median(ordered), 2),
@@ -84,7 +84,7 @@ async def measure_clients(
         client.stop()
     await asyncio.gather(*tasks)
     return [
-        _percentiles([(c.seen[i] - t) * 1000 for i, t in commits.items() if i in c.seen])
+        percentiles([(c.seen[i] - t) * 1000 for i, t in commits.items() if i in c.seen])
         for c in consumers
     ]
 
@@ -116,7 +116,7 @@ def _direct_reader(db: PrivateMariaDB, rate: int, seconds: float) -> dict[str, A
     thread.join(30)
     reader.close()
     conn.close()
-    return _percentiles([(arrivals[i] - t) * 1000 for i, t in commits.items() if i in arrivals])
+    return percentiles([(arrivals[i] - t) * 1000 for i, t in commits.items() if i in arrivals])
 
 
 def run(rate: int = 100, seconds: float = 10.0) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import psycopg2
 import psycopg2.extras
 
 from benchmarks.common import relay_process, table, write_results
-from benchmarks.latency import FAST_RATE, FAST_SECONDS, _Arrivals, _percentiles
+from benchmarks.latency import FAST_RATE, FAST_SECONDS, _Arrivals, percentiles
 from sluice.client import AsyncClient, ClientConfig
 from sluice.testing.postgres import PrivatePostgres
 
@@ -53,7 +53,7 @@ async def _sluice(pg: PrivatePostgres, rate: int, seconds: float) -> dict[str, A
         await task
     finally:
         relay.stop()
-    return _percentiles([(consumer.seen[i] - t) * 1000 for i, t in commits.items()])
+    return percentiles([(consumer.seen[i] - t) * 1000 for i, t in commits.items()])
 
 
 def _direct(pg: PrivatePostgres, rate: int, seconds: float) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def _direct(pg: PrivatePostgres, rate: int, seconds: float) -> dict[str, Any]:
     commits = _commits(pg, "lat2", rate, seconds)
     thread.join(30)
     conn.close()
-    return _percentiles([(arrivals[i] - t) * 1000 for i, t in commits.items() if i in arrivals])
+    return percentiles([(arrivals[i] - t) * 1000 for i, t in commits.items() if i in arrivals])
 
 
 def run(rate: int = 100, seconds: float = 10.0) -> dict[str, Any]:

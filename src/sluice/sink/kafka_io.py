@@ -55,15 +55,20 @@ class KafkaIo:
         self._admin: AdminClient | None = None
         self._failure: KafkaError | None = None  # the first failed delivery since the last check
         self._failed_topic = ""
-        self.produced = 0
+        # Counted when the broker took them for good (a committed transaction, a flush): a
+        # message produced into a transaction that is then aborted is counted as aborted
+        self._uncommitted = [0, 0]  # messages, tombstones produced since the last commit
+        self.messages = 0
         self.tombstones_sent = 0
+        self.aborted_messages = 0
         self.topics_created = 0
         self.connects = 0
 
     def stats(self) -> dict[str, Any]:
         return {
-            "produced": self.produced,
+            "messages": self.messages,
             "tombstones": self.tombstones_sent,
+            "aborted_messages": self.aborted_messages,
             "topics_created": self.topics_created,
             "connects": self.connects,
             "connected": self._producer is not None,
@@ -148,9 +153,10 @@ class KafkaIo:
                 key = change.key.encode()
             headers: list[tuple[str, str | bytes | None]] = list(change.headers().items())
             self._send(producer, change.route, key, change.body, headers)
+            self._uncommitted[0] += 1
             if change.op == "d" and self.tombstones and key is not None:
                 self._send(producer, change.route, key, None, headers)
-                self.tombstones_sent += 1
+                self._uncommitted[1] += 1
         producer.poll(0)
         self._check()
 
@@ -165,7 +171,6 @@ class KafkaIo:
         while True:
             try:
                 producer.produce(topic, value, key, headers=headers, on_delivery=self._delivered)
-                self.produced += 1
                 return
             except BufferError:  # the local queue is full: serve deliveries, then again
                 producer.poll(0.05)
@@ -223,12 +228,22 @@ class KafkaIo:
             self._check()  # a message the broker refused says why better than the commit
             raise refusal(exc, where) from None
         self._check()
+        messages, tombstones = self._uncommitted
+        self.messages += messages
+        self.tombstones_sent += tombstones
+        self._uncommitted = [0, 0]
+
+    def _lost(self) -> None:
+        """What was produced since the last commit will never count (aborted, purged)."""
+        self.aborted_messages += sum(self._uncommitted)
+        self._uncommitted = [0, 0]
 
     def reset(self) -> None:
         """Drop the producer (the next call makes a new one, which fences this one)."""
         producer, self._producer = self._producer, None
         self._in_transaction = False
         self._failure = None
+        self._lost()
         if producer is not None:
             _drop(producer)
 
@@ -244,6 +259,7 @@ class KafkaIo:
         """Abort the open transaction (True if there was one); a producer that cannot is
         dropped: the next one's ``init_transactions`` aborts it at the broker."""
         self._failure = None
+        self._lost()
         producer = self._producer
         if producer is None:
             return False

@@ -46,6 +46,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+Record = tuple[Any, Any]  # Debezium's (key, value) as Kafka Connect objects: ``Change.record``
 _OP_NAMES = {"c": "insert", "u": "update", "d": "delete", "t": "TRUNCATE"}
 CONTENT_TYPES = {"json": "application/json", "debezium": "application/json", "avro": "avro/binary"}
 # Snapshot rows: the bootstrap's row cursor holds the row number in its low 48 bits (the
@@ -91,7 +92,6 @@ class Shaper:
         self._debezium: DebeziumWindows | None = None
         self._bulk = settings.bodies and settings.format in ("json", "debezium")
         self._prefix = DebeziumOptions.parse(dict(settings.debezium)).name  # {prefix}
-        self._record: tuple[Any, Any] | None = None  # connect_records: the event's, see _change
         if settings.format == "debezium" and settings.bodies:
             options = DebeziumOptions.parse(dict(settings.debezium))
             self._debezium = DebeziumWindows(dict(source_info), options)
@@ -288,8 +288,7 @@ class Shaper:
             self._skip(raw)  # skipped.operations (Debezium's default: t), as the relay does
             return None
         if raw.op == "t":  # no rows to filter or select: always passes
-            body = self._truncate_body(window, raw) if settings.bodies else b""
-            record, self._record = self._record, None
+            body, record = self._truncate_body(window, raw) if settings.bodies else (b"", None)
             return Change(
                 scn, index, raw.source, "t", window.ts_ms, raw.schema_version, None, None,
                 None, None, self.route(raw.source, "t"), ident, body, None, record,
@@ -313,10 +312,9 @@ class Shaper:
         if settings.keys and settings.bodies and shape.schema.primary_key:
             key = shape.codec.payload_key(raw.payload)
         before, after = shape.project(before), shape.project(after)
-        body, key_body = b"", None
+        body, key_body, record = b"", None, None
         if settings.bodies:
-            body, key_body = self._body(window, raw, shape, key, before, after)
-        record, self._record = self._record, None
+            body, key_body, record = self._body(window, raw, shape, key, before, after)
         return Change(
             scn, index, raw.source, op, window.ts_ms, raw.schema_version, shape.schema, key,
             before, after, self.route(raw.source, op), ident, body, key_body, record,
@@ -330,18 +328,18 @@ class Shaper:
         key: str | None,
         before: list[Any] | None,
         after: list[Any] | None,
-    ) -> tuple[bytes, bytes | None]:
-        """The event's body, and its message key where the format has its own
-        (``message_keys``: Debezium's key struct)."""
+    ) -> tuple[bytes, bytes | None, Record | None]:
+        """The event's body, its message key where the format has its own (``message_keys``:
+        Debezium's key struct), and Debezium's objects (``connect_records``, body empty)."""
         fmt = self.settings.format
         if fmt == "avro":
-            return raw.payload, None
+            return raw.payload, None, None
         if fmt == "debezium":
             return self._debezium_body(window, raw, shape)
         if shape.all_columns:  # the relay's own JSON text, straight from Avro
             key_text, before_text, after_text = shape.codec.decode_text(raw.payload)
             line = json_line(window.scn, window.ts_ms, raw, key_text, before_text, after_text)
-            return line.encode(), None
+            return line.encode(), None, None
         event = {
             "scn": window.scn,
             "source": raw.source,
@@ -352,11 +350,11 @@ class Shaper:
             "ts_ms": window.ts_ms,
             "schema_version": raw.schema_version,
         }
-        return json.dumps(event, ensure_ascii=False).encode(), None
+        return json.dumps(event, ensure_ascii=False).encode(), None, None
 
     def _debezium_body(
         self, window: RecordWindow, raw: wire.RawEvent, shape: TableShape
-    ) -> tuple[bytes, bytes | None]:
+    ) -> tuple[bytes, bytes | None, Record | None]:
         assert self._debezium is not None
         formatter = self._debezium.formatter(raw.source, raw.schema_version, window.codec_for)
         # (a primary-key change is a delete and an insert from the capture on, as Debezium
@@ -368,11 +366,10 @@ class Shaper:
             key_dict, value_dict = formatter.event(*event)
             _project(shape, value_dict)
             if self.settings.connect_records:
-                self._record = (key_dict, value_dict)
-                return b"", None
+                return b"", None, (key_dict, value_dict)
             key = None if key_dict is None else compact(key_dict)
             value = compact(value_dict)
-        return self._debezium_bytes(key, value)
+        return (*self._debezium_bytes(key, value), None)
 
     def _debezium_bytes(self, key: str | None, value: str) -> tuple[bytes, bytes | None]:
         """An event's body, and its message key (``message_keys``), from their texts."""
@@ -383,7 +380,9 @@ class Shaper:
             value = f'{{"key":{key or "null"},"value":{value}}}'
         return value.encode(), None
 
-    def _truncate_body(self, window: RecordWindow, raw: wire.RawEvent) -> bytes:
+    def _truncate_body(
+        self, window: RecordWindow, raw: wire.RawEvent
+    ) -> tuple[bytes, Record | None]:
         fmt = self.settings.format
         if fmt == "debezium":
             assert self._debezium is not None
@@ -392,12 +391,11 @@ class Shaper:
             )
             _, value = formatter.event("t", None, window.scn, window.ts_ms)
             if self.settings.connect_records:
-                self._record = (None, value)
-                return b""
-            return compact(value).encode()
+                return b"", (None, value)
+            return compact(value).encode(), None
         if fmt == "avro":
-            return b""
-        return json_line(window.scn, window.ts_ms, raw, "null", "null", "null").encode()
+            return b"", None
+        return json_line(window.scn, window.ts_ms, raw, "null", "null", "null").encode(), None
 
 
 def _project(shape: TableShape, value: dict[str, Any]) -> None:
