@@ -148,7 +148,7 @@ def assert_exactly_once(
 def test_exactly_once_through_three_sigkills_and_a_broker_restart(
     shop: Shop, tmp_path: Path
 ) -> None:
-    with PrivateKafka(tmp_path / "kafka") as kafka:
+    with PrivateKafka(tmp_path / "kafka", controller_apart=True) as kafka:
         sink = shop.sink(f"kafka://{kafka.bootstrap}")
         errors: list[BaseException] = []
 

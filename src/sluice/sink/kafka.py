@@ -90,10 +90,11 @@ class KafkaTarget:
         self._held_rows = 0
         self._held_checkpoint: Checkpoint | None = None
         self._mid = False  # a big window's pieces so far are in the transaction
-        # Windows were lost with a failed transaction: no checkpoint may be saved until a
-        # window is taken again (the sink rewound; after a refusal it stops): the one it
-        # holds pending may name the lost windows
+        # Windows were lost with a failed transaction: nothing may be taken or saved until
+        # the sink rolls back (it has rewound then): a window waiting for its turn, or
+        # retried, was read before the loss, and the pending checkpoint may name lost ones
         self._poisoned = False
+        self._generation = 0  # one more at each rollback: windows read before it are stale
         self.commits = 0
         self.aborts = 0
         # deliver, commit (the sink's timer calls it meanwhile) and the rest take turns: a
@@ -155,7 +156,11 @@ class KafkaTarget:
 
     # -- delivering --------------------------------------------------------------------------
     async def deliver(self, batch: Batch) -> None:
+        generation = self._generation
         async with self._turn:
+            if self._poisoned or generation != self._generation:
+                # committed after the lost ones, it would be read again after the rewind
+                raise HeldWindowsLost("windows before this one were lost; reading them again")
             await self._deliver(batch)
 
     async def _deliver(self, batch: Batch) -> None:
@@ -172,7 +177,6 @@ class KafkaTarget:
             if held and isinstance(exc, TargetUnavailable):  # they went with the transaction
                 raise HeldWindowsLost(str(exc)) from None
             raise  # down (the sink retries the window) or refused (the sink stops)
-        self._poisoned = False  # a window taken again: the sink has rewound, or goes on
         self._mid = not batch.last
         if batch.last:
             self._held += 1
@@ -211,6 +215,8 @@ class KafkaTarget:
         async with self._turn:
             await self._abort()
             self._forget()
+            self._poisoned = False
+            self._generation += 1
 
     async def _abort(self) -> None:
         try:

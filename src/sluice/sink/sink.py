@@ -250,6 +250,8 @@ class Sink:
                 attempt += 1
                 await self.target.rollback()
                 await self._down(exc, attempt)
+                if self._rewinding():  # held windows were lost meanwhile: this one is stale
+                    raise _Stopping("reading held windows again") from exc
                 if not batch.first:
                     # a piece of a big window: once the target answers again, the client
                     # reads the window again from its start (its transaction is gone)
@@ -342,8 +344,8 @@ class Sink:
 
     async def flush(self) -> None:
         """Commit held windows, then write a checkpoint saved outside a window."""
-        if self._rewinding():
-            return  # what is pending may name windows the target lost
+        if self._rewinding() or self._fatal is not None:
+            return  # what is pending may name windows the target lost (or refused)
         if self.target.held:  # a failed background commit too: its loss is handled here
             try:
                 await self._commit()

@@ -1,6 +1,6 @@
 """A private Apache Kafka broker for the tests: one KRaft node, broker and controller in one
-JVM, in a temp dir on free ports, with the lifecycle of the other private brokers
-(``sluice.testing.brokers``)::
+JVM (or the controller in a JVM of its own: ``controller_apart=True``), in a temp dir on free
+ports, with the lifecycle of the other private brokers (``sluice.testing.brokers``)::
 
     with PrivateKafka() as kafka:          # formats the storage, starts kafka.Kafka, waits
         ...                                # kafka.bootstrap == "127.0.0.1:PORT"
@@ -108,11 +108,24 @@ class PrivateKafka(_PrivateServer):
     package = "default-jre-headless"  # Kafka 4 needs Java 17; Debian 12's default is 17
     start_timeout = 120.0
 
-    def __init__(self, base_dir: Path | None = None, *, libs: Path | None = None) -> None:
+    def __init__(
+        self, base_dir: Path | None = None, *, libs: Path | None = None,
+        controller_apart: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__(base_dir)
         self.libs = libs or kafka_libs()
         self.controller_port = 0
         self.cluster_id = ""
+        # The controller in a JVM of its own (as production runs KRaft): kill() and restart()
+        # are then a broker's crash, the quorum stays up. In one JVM a restarted node first
+        # acts on the metadata of its dead incarnation, and the controller fences that one a
+        # session later: partitions have no leader for a moment, and a prepared transaction's
+        # markers sent then are dropped for good ("likely deleted already and hence can be
+        # skipped", KAFKA-5202): read_committed consumers see that transaction only once the
+        # producer writes those partitions again, and its checkpoint not at all meanwhile.
+        self.controller: _KafkaController | None = (
+            _KafkaController(self.base_dir / "controller", self) if controller_apart else None
+        )
 
     @property
     def bootstrap(self) -> str:
@@ -129,29 +142,59 @@ class PrivateKafka(_PrivateServer):
 
     def _prepare(self) -> None:
         _check_libs(self.libs)
+        meta = self.data_dir / "meta.properties"
+        if meta.exists():  # a restart (or a kept dir): formatted already
+            self.cluster_id = _property(meta, "cluster.id")
+        if self.controller is not None:
+            if not self.cluster_id:
+                self.cluster_id = new_cluster_id()
+            if not self.controller.running:
+                self.controller.start()
+            self.controller_port = self.controller.port
+            self._write_settings({
+                **_SETTINGS,
+                "process.roles": "broker",
+                "controller.quorum.voters": f"{_CONTROLLER_ID}@127.0.0.1:{self.controller_port}",
+                "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            })  # fmt: skip
+            if not meta.exists():
+                self._format(features=False)
+            return
         while self.controller_port in (0, self.port):
             self.controller_port = free_port()
-        settings = {
+        self._write_settings({
             **_SETTINGS,
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
             "listeners": (
                 f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
             ),
+        })  # fmt: skip
+        if not meta.exists():
+            self.cluster_id = new_cluster_id()
+            self._format()
+
+    def _write_settings(self, settings: dict[str, str]) -> None:
+        settings = {
+            **settings,
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.data_dir),
         }
         self.properties_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         (self.base_dir / "log4j2.properties").write_text(_LOG4J2)
-        meta = self.data_dir / "meta.properties"
-        if meta.exists():  # a restart (or a kept dir): formatted already
-            self.cluster_id = _property(meta, "cluster.id")
-            return
-        self.cluster_id = new_cluster_id()
-        self._format()
 
-    def _format(self) -> None:
+    def stop(self, *, keep_data: bool = False) -> None:
+        # the broker first (its shutdown asks the controller), then the quorum, then the dir
+        super().stop(keep_data=True)
+        if keep_data:
+            return
+        if self.controller is not None:
+            self.controller.stop()
+        super().stop()
+
+    def _format(self, *, features: bool = True) -> None:
         java = _find(self.binary, self.package)
-        tool = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id, *_FEATURES]
+        tool = ["kafka.tools.StorageTool", "format", "-t", self.cluster_id,
+                *(_FEATURES if features else ())]  # fmt: skip
         with self.log_path.open("ab") as log:
             try:
                 done = subprocess.run(
@@ -187,6 +230,42 @@ class PrivateKafka(_PrivateServer):
         # The client port opens once the broker is unfenced; a metadata answer naming this
         # cluster proves it is the broker started here, serving.
         return self._accepts() and _kafka_cluster_id(self.bootstrap) == self.cluster_id
+
+
+_CONTROLLER_ID = 1000
+
+
+class _KafkaController(PrivateKafka):
+    """The controller quorum (of one) of a ``PrivateKafka(controller_apart=True)``."""
+
+    kind = "kafka-controller"
+
+    def __init__(self, base_dir: Path, broker: PrivateKafka) -> None:
+        super().__init__(base_dir, libs=broker.libs)
+        self.broker = broker
+
+    def _prepare(self) -> None:
+        _check_libs(self.libs)
+        self.cluster_id = self.broker.cluster_id
+        self.controller_port = self.port
+        self._write_settings({
+            **{k: v for k, v in _SETTINGS.items() if not k.startswith("inter.broker")},
+            "process.roles": "controller",
+            "node.id": str(_CONTROLLER_ID),
+            "controller.quorum.voters": f"{_CONTROLLER_ID}@127.0.0.1:{self.port}",
+            "listeners": f"CONTROLLER://127.0.0.1:{self.port}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT",
+        })  # fmt: skip
+        if not (self.data_dir / "meta.properties").exists():
+            self._format()
+
+    def _write_settings(self, settings: dict[str, str]) -> None:
+        settings = {**settings, "log.dirs": str(self.data_dir)}
+        self.properties_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        (self.base_dir / "log4j2.properties").write_text(_LOG4J2)
+
+    def _ready(self) -> bool:
+        return self._accepts()
 
 
 def _property(path: Path, key: str) -> str:
