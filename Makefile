@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: setup kafka-jars connect-jars test lint bench demo interop
+.PHONY: setup kafka-jars connect-jars delta-jars test lint bench demo interop
 
 # System packages: MariaDB and PostgreSQL (tests start private servers; wal2json is the C
 # decoder the PostgreSQL benchmark measures against), a JRE for Spark, the MariaDB JDBC
@@ -26,6 +26,9 @@ CONNECT_HOME = $(SLUICE_CACHE)/connect-$(KAFKA_VERSION)
 CONNECT_LIBS = $(CONNECT_HOME)/libs
 JDBC_SINK_PLUGIN = $(CONNECT_HOME)/plugins/debezium-connector-jdbc
 MARIADB_PLUGIN = $(CONNECT_HOME)/plugins/debezium-connector-mariadb
+# Delta Lake's Spark runtime for `sluice lake` (java/delta/pom.xml: delta-spark without Spark and
+# Scala, which pyspark ships), the same way; sluice.spark.lake puts them on spark.jars.
+DELTA_LIBS = $(SLUICE_CACHE)/delta-4.4.0/libs
 
 setup:
 	@missing=""; \
@@ -48,6 +51,7 @@ setup:
 	$(PIP) install -q -e '.[dev]'
 	$(MAKE) --no-print-directory kafka-jars
 	$(MAKE) --no-print-directory connect-jars
+	$(MAKE) --no-print-directory delta-jars
 
 # Skipped when the cache holds a complete copy for this very pom (its checksum in .pom.sha256,
 # written last: an interrupted copy is redone).
@@ -59,6 +63,16 @@ kafka-jars:
 	    mvn -q -B -f java/kafka/pom.xml dependency:copy-dependencies \
 	      -DoutputDirectory='$(KAFKA_LIBS)' && \
 	    echo "$$sum" > '$(KAFKA_LIBS)/.pom.sha256'; \
+	  fi
+
+delta-jars:
+	@sum=$$(sha256sum java/delta/pom.xml | cut -c1-64); \
+	  if [ "$$(cat '$(DELTA_LIBS)/.pom.sha256' 2>/dev/null)" != "$$sum" ]; then \
+	    echo "fetching Delta Lake's Spark runtime into $(DELTA_LIBS)"; \
+	    rm -rf '$(DELTA_LIBS)' && \
+	    mvn -q -B -f java/delta/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	      -DoutputDirectory='$(DELTA_LIBS)' && \
+	    echo "$$sum" > '$(DELTA_LIBS)/.pom.sha256'; \
 	  fi
 
 # The plugin's copy leaves out what the worker provides (connect-api, kafka-clients, Jackson: `provided`

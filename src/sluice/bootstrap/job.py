@@ -60,12 +60,14 @@ def spark_session(
     *,
     quiet: bool = False,
     jars: tuple[str, ...] = (),
+    conf: dict[str, str] | None = None,
 ) -> Any:
     """A session tuned for small machines unless spark-submit already configured one.
     ``master``: ``local[N]``, ``spark://HOST:PORT``, or ``sc://HOST:PORT`` for a Spark Connect
     server (also taken from ``SPARK_REMOTE`` when no master is given).
     ``quiet``: the JVM's own output (start-up warnings, log4j) goes to a file, not stderr.
-    ``jars``: JDBC drivers to load (they take effect only if this starts the JVM)."""
+    ``jars``: JDBC drivers to load (they take effect only if this starts the JVM); ``conf``:
+    more settings (a Connect server has its own: start it with them)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     remote = master if master and master.startswith("sc://") else None
     if master is None and os.environ.get("SPARK_REMOTE", "").startswith("sc://"):
@@ -87,8 +89,9 @@ def spark_session(
         settings["spark.master"] = master or "local[2]"
     if local:
         settings["spark.driver.host"] = "127.0.0.1"
+    settings.update(conf or {})  # Delta's extension and catalog (sluice lake)...
     if jars:
-        settings["spark.jars"] = ",".join(jars)
+        settings["spark.jars"] = ",".join(filter(None, (settings.get("spark.jars"), *jars)))
     if quiet:
         _quiet_gateway(settings)
     builder = SparkSession.builder

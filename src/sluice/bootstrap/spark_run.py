@@ -26,6 +26,7 @@ def run_spark_command(
     app: str,
     body: Callable[[Any], T],
     jars: tuple[str, ...] = (),
+    conf: dict[str, str] | None = None,
 ) -> T:
     """``body(spark)`` in a quiet session (with ``jars``); a Spark failure (the JVM not
     starting included) is one sentence, a signal cancels the running jobs and is reported as
@@ -43,7 +44,7 @@ def run_spark_command(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        spark = spark_session(master, app, quiet=True, jars=jars)
+        spark = spark_session(master, app, quiet=True, jars=jars, conf=conf)
         return body(spark)
     except Exception as exc:
         if stopping.is_set():
