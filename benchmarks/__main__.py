@@ -10,6 +10,7 @@ from benchmarks import (
     capture,
     chain,
     kafka,
+    lake,
     latency,
     pg_capture,
     pg_latency,
@@ -47,6 +48,8 @@ def main() -> int:
     spark_path.run()
     print("\n== Spark: the sluice source vs a do-nothing Python source on the same rows ==")
     spark_source.run()
+    print("\n== Delta Lake: apply_changes (SCD1) vs Spark's MERGE of the same staged batches ==")
+    lake.run()
     print("\n== seeding: sluice bootstrap seed vs spark.read.jdbc and mariadb-dump ==")
     # Its own process: the JDBC baseline needs the driver jar on a JVM started with it.
     subprocess.run([sys.executable, "-m", "benchmarks.seed"], check=True)

@@ -199,8 +199,29 @@ def targets(cap: dict[str, Any], srv: dict[str, Any], lat: dict[str, Any]) -> li
                 r.get("ratio_write_only"),
                 0.8,
             )
+    _lake_targets(rows, _load("lake"))
     _kafka_targets(rows, _load("kafka"))
     return rows
+
+
+def _lake_targets(rows: list[tuple[str, ...]], lake: dict[str, Any]) -> None:
+    """Changes into Delta (SCD1) against Spark's own MERGE of the same batches staged as
+    Parquet (best round of each), and against the relay's capture rate (reported)."""
+    if not lake:
+        return
+    ratio = lake["sluice_vs_spark_merge"]
+    rows.append((
+        "Delta SCD1 rows/s >= 0.8x Spark's MERGE of the same batches staged as Parquet",
+        f"{ratio}x ({_n(lake['sluice_rows_per_s'])} vs {_n(lake['spark_merge_rows_per_s'])} "
+        "rows/s)",
+        "yes" if ratio >= 0.8 else "NO",
+    ))  # fmt: skip
+    rows.append((
+        "Delta SCD1 rows/s vs the relay's capture rate",
+        f"{lake['sluice_vs_relay_capture']}x ({_n(lake['relay_capture_events_per_s'])} "
+        "events/s)",
+        "-",
+    ))  # fmt: skip
 
 
 def _kafka_targets(rows: list[tuple[str, ...]], kafka: dict[str, Any]) -> None:
