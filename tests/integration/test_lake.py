@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from sluice.testing import PrivateMariaDB, RelayThread
 from tests.integration.support import (
     get_json,
     run_sluice,
+    wait_for,
     wait_relay_caught_up,
     workload_relay,
 )
@@ -192,3 +195,89 @@ def test_lake_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
         f"delta:{tmp_path}/{{table}}", "--checkpoint", str(tmp_path / "c"), "--key", "a.b",
     )  # fmt: skip
     assert result.returncode == 2 and "DB.TABLE=COL" in result.stderr
+
+
+def _delta_scns(table: str) -> list[int]:
+    """The SCNs of the table's sluice commits, read from its Delta log (no JVM)."""
+    scns = []
+    log_dir = Path(table) / "_delta_log"
+    for commit in sorted(log_dir.glob("*.json")) if log_dir.is_dir() else []:
+        for line in commit.read_text().splitlines():
+            info = json.loads(line).get("commitInfo") or {}
+            meta = info.get("userMetadata")
+            if meta:
+                scns.append(int(json.loads(meta)["sluice.scn"]))
+    return scns
+
+
+def _start_job(lake: Lake, log: Path) -> subprocess.Popen[bytes]:
+    args = ["lake", "run", "--relay", lake.relay, "--to", f"delta:{lake.template}",
+            "--checkpoint", str(lake.root / f"{lake.mode}-ckpt"), "--mode", lake.mode,
+            "--master", "local[2]", "--trigger-seconds", "1", "--max-events-per-trigger", "300",
+            *[a for t in TABLES for a in ("--source", f"{DB}.{t}")]]  # fmt: skip
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sluice.cli.main", *args],
+            stdout=out, stderr=out, start_new_session=True,  # its JVM in its process group
+        )  # fmt: skip
+
+
+def _kill(job: subprocess.Popen[bytes]) -> None:
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait(60)
+
+
+@pytest.mark.timeout(3600)
+def test_scd2_through_two_sigkills_mid_stream_has_one_version_per_change(
+    relay_db: tuple[RelayThread, pymysql.Connection[Any], Workload], tmp_path: Path
+) -> None:
+    relay, conn, workload = relay_db
+    lake = Lake(tmp_path, relay.url, "scd2")
+    log = tmp_path / "job.log"
+    states: list[tuple[int, dict[str, set[tuple[Any, ...]]]]] = []
+    job = _start_job(lake, log)
+    try:
+        for round in range(3):
+            # the job is merging: kill it after its next Delta commit, mid-stream
+            seen = len(_delta_scns(lake.table("person"))) + len(_delta_scns(lake.table("orders")))
+            workload.run(6)
+            states.append((wait_relay_caught_up(relay.url, conn),
+                           {t: _truth(conn, t) for t in TABLES}))  # fmt: skip
+            wait_for(
+                lambda seen=seen: len(_delta_scns(lake.table("person")))
+                + len(_delta_scns(lake.table("orders"))) > seen,
+                RUN_TIMEOUT, "a Delta commit of the job",
+            )  # fmt: skip
+            if round < 2:
+                _kill(job)
+                job = _start_job(lake, log)
+        with conn.cursor() as cur:  # one last transaction, to both tables: one SCN
+            cur.execute("BEGIN")
+            cur.execute("UPDATE person SET name = CONCAT(name, '!') ORDER BY id LIMIT 1")
+            cur.execute("UPDATE orders SET qty = qty + 1 ORDER BY num LIMIT 1")
+            cur.execute("COMMIT")
+        wait_relay_caught_up(relay.url, conn)
+        last = int(get_json(relay.url + "/stats")["max_scn"])
+        wait_for(
+            lambda: all(max(_delta_scns(lake.table(t)), default=0) >= last for t in TABLES),
+            RUN_TIMEOUT, "the job to merge the last change",
+        )  # fmt: skip
+        states.append((last, {t: _truth(conn, t) for t in TABLES}))
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(120)
+    assert "Traceback" not in log.read_text(errors="replace")
+    spec = [{"label": f"{t}.{i}", "table": lake.table(t), "scn": scn}
+            for i, (scn, _) in enumerate(states) for t in TABLES]  # fmt: skip
+    spec += [{"label": f"{t}.raw", "table": lake.table(t), "raw": True} for t in TABLES]
+    got = _read(spec)
+    for i, (scn, truth) in enumerate(states):  # as of each recorded SCN: the source then
+        for t in TABLES:
+            assert _mine(got[f"{t}.{i}"], t) == truth[t], (t, scn)
+    keys = {"person": ("id",), "orders": ("region", "num")}
+    for t in TABLES:  # a batch run again after a kill would have added its versions twice
+        starts = [(*(r[k] for k in keys[t]), r["__start_scn"]) for r in got[f"{t}.raw"]]
+        twice = [s for s in set(starts) if starts.count(s) > 1]
+        assert not twice, (t, twice[:5])
+        batches = [v[3] for v in got["versions"][f"{t}.raw"] if v[3] is not None]
+        assert batches == sorted(set(batches)), (t, batches)
