@@ -5,6 +5,7 @@ primary-key change, a new column, and a driver crash between Delta's commit and 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import os
 import signal
@@ -28,16 +29,20 @@ from tests.integration.support import (
 )
 from tests.integration.workload import Workload
 
-DB = "laked"
+DB = "laked"  # the running test's database (its fixture names it)
+_ids = itertools.count()
 TABLES = ("person", "orders")
 READER = Path(__file__).with_name("lake_reader.py")
 RUN_TIMEOUT = 900  # a JVM, Delta's first MERGE (~10-40 s on 2 busy cores), per table
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def relay_db(
     mariadb: PrivateMariaDB, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[RelayThread, pymysql.Connection[Any], Workload]]:
+    """A database of its own per test (one test alters and truncates its tables)."""
+    global DB
+    DB = f"laked{next(_ids)}"
     data = tmp_path_factory.mktemp("relay") / "data"
     with workload_relay(mariadb, DB, list(TABLES), data, seed=31, transactions=30) as made:
         yield made
