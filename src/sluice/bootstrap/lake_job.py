@@ -38,6 +38,7 @@ class LakeConfig:
     trigger_s: float = 2.0
     max_events_per_trigger: int = 1_000_000
     once: bool = False  # read what there is now (availableNow), then exit
+    partitions: int = 2  # tasks reading each micro-batch
     keys: dict[str, tuple[str, ...]] = field(default_factory=dict)  # per source, overrides
 
     def path(self, source: str) -> str:
@@ -127,6 +128,10 @@ class LakeJob:
             .option("sources", source)
             .option("typed", "true")
             .option("coldRead", "true")
+            # whole windows in SCN runs per task: a key's changes of one SCN stay together,
+            # in order (apply_changes orders by SCN, then place in the batch)
+            .option("partitions", str(config.partitions))
+            .option("split", "scn")
             .option("maxEventsPerTrigger", str(config.max_events_per_trigger))
         )
         if config.bootstrap:

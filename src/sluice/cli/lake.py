@@ -55,6 +55,9 @@ def add_parser(sub: Any) -> None:
     run_p.add_argument("--trigger-seconds", type=float, default=2.0)
     run_p.add_argument("--max-events-per-trigger", type=int, default=1_000_000, metavar="N")
     run_p.add_argument(
+        "--partitions", type=int, default=2, metavar="N", help="tasks reading each micro-batch"
+    )
+    run_p.add_argument(
         "--once", action="store_true", help="merge what the relay holds now, then exit"
     )
     run_p.set_defaults(run=_run)
@@ -97,8 +100,8 @@ def _run(args: argparse.Namespace) -> int:
 
     if not args.to.startswith("delta:"):
         raise ConfigError(f"--to {args.to!r}: a Delta table path, delta:PATH (Iceberg: not yet)")
-    if args.max_events_per_trigger < 1:
-        raise ConfigError("--max-events-per-trigger must be at least 1")
+    if args.max_events_per_trigger < 1 or args.partitions < 1:
+        raise ConfigError("--max-events-per-trigger and --partitions must be at least 1")
     config = LakeConfig(
         relays=tuple(args.relay),
         sources=tuple(canonical_source(s) for s in args.sources),
@@ -110,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         trigger_s=args.trigger_seconds,
         max_events_per_trigger=args.max_events_per_trigger,
         once=args.once,
+        partitions=args.partitions,
         keys=_keys(args.key),
     )
     job = LakeJob(config)  # a template naming one table twice fails here, before Spark
