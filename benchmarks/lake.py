@@ -133,6 +133,8 @@ def _stream(spark: Any, relay: str, max_events: int) -> Any:
         .option("sources", "bench.t")
         .option("typed", "true")
         .option("coldRead", "true")
+        .option("partitions", "2")  # lake_job's default (--partitions), whole SCN runs
+        .option("split", "scn")
         .option("startingScn", "earliest")
         .option("maxEventsPerTrigger", str(max_events))
         .load()

@@ -2,7 +2,7 @@
 cost ~15 s each): ``python lake_reader.py SPEC`` with SPEC a JSON list of
 ``{"label": ..., "table": PATH, "scn": N}`` (or ``"raw": true``); prints
 ``{label: [row, ...]}`` (rows as Spark's JSON, nulls kept) and
-``{label: [[version, scn, app, batch], ...]}`` under ``"versions"``."""
+``{label: [[version, scn, app, batch, first_scn], ...]}`` under ``"versions"``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def main() -> None:
         rows = frame.toJSON().collect()
         out[item["label"]] = [json.loads(r) for r in rows]
         out["versions"][item["label"]] = [  # type: ignore[index]
-            [v.version, v.scn, v.app, v.batch] for v in versions(spark, item["table"])
+            [v.version, v.scn, v.app, v.batch, v.first_scn]
+            for v in versions(spark, item["table"])
         ]
     spark.stop()
     print(json.dumps(out, default=str))

@@ -169,6 +169,23 @@ def test_scd1_and_scd2_equal_the_source_across_runs_and_a_crash(
             assert {v[2] for v in mine} == {f"sluice-lake:lake:{DB}.{t}"}
             assert [v[1] for v in mine] == sorted(v[1] for v in mine)
 
+    # the CLI: an SCD2 table as of the first run's SCN; an SCD1 table refuses an SCN inside a
+    # batch (it never held that state)
+    shown = run_sluice("lake", "as-of", "--table", lakes[1].table("person"), "--scn",
+                       str(first_scn), "--master", "local[2]", timeout=RUN_TIMEOUT)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    lines = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert _mine([{"updated": None, "balance": None, **r} for r in lines], "person") == first[
+        "person"
+    ]
+    inside = [v for v in got["versions"]["scd1.orders.now"] if v[4] is not None and v[4] < v[1]]
+    assert inside, got["versions"]["scd1.orders.now"]
+    refused = run_sluice(
+        "lake", "as-of", "--table", lakes[0].table("orders"), "--scn", str(inside[0][4]),
+        "--master", "local[2]", timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "falls inside batch" in refused.stderr, refused.stderr
+
     # A driver that died after Delta committed a batch and before Spark recorded it: Spark
     # runs that batch again, and Delta's transaction identifiers make it a no-op.
     lake = lakes[0]

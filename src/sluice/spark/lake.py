@@ -77,6 +77,12 @@ def delta_settings(libs: Path | None = None) -> dict[str, str]:
     return settings
 
 
+# This process's own knowledge of its tables, to spare a Spark job per batch: the last batch
+# each writer committed to a table, and the columns a table is known to have.
+_committed: dict[tuple[str, str], int] = {}
+_columns: dict[str, set[str]] = {}
+
+
 @dataclass(frozen=True)
 class LakeCommit:
     """What one ``apply_changes`` did: the changes it read, the SCN it reached."""
@@ -110,7 +116,8 @@ def apply_changes(
 
     spark = batch.sparkSession
     app = app_id or f"sluice:{path}"
-    done = app_version(spark, path, app)
+    # what this process committed is known; the table's history is read once (a Spark job)
+    done = _committed[(path, app)] if (path, app) in _committed else app_version(spark, path, app)
     if done is not None and done >= batch_id:  # committed before a crash: Delta would skip it
         log.info("Delta table %s: batch %d of %s is committed already", path, batch_id, app)
         return None
@@ -119,6 +126,7 @@ def apply_changes(
         summary = prepared.agg(
             F.count(F.lit(1)).alias("n"),
             F.max("_scn").alias("scn"),
+            F.min("_scn").alias("first"),
             F.sum(F.when(F.col("_op") == "t", 1).otherwise(0)).alias("t"),
         ).first()
         if summary is None or not summary["n"]:
@@ -138,14 +146,16 @@ def apply_changes(
             _scd2_source(prepared, keys, columns, truncates).createOrReplaceTempView(view)
             first = (truncates[0]["_scn"], truncates[0]["micros"]) if truncates else None
             text = lake_sql.scd2_merge(plan, view, first)
-        metadata = json.dumps(
-            {_SCN_KEY: summary["scn"], "sluice.batch": batch_id, "sluice.app": app}
-        )
+        metadata = json.dumps({
+            _SCN_KEY: summary["scn"], "sluice.first_scn": summary["first"],
+            "sluice.batch": batch_id, "sluice.app": app,
+        })  # fmt: skip
         with _session_conf(spark, {
             _TXN_APP: app, _TXN_VERSION: str(batch_id),
             _USER_METADATA: metadata,
         }):  # fmt: skip
             spark.sql(text)
+        _committed[(path, app)] = batch_id
         spark.catalog.dropTempView(view)
         return LakeCommit(int(summary["n"]), int(summary["scn"]), int(summary["t"]))
     finally:
@@ -248,10 +258,14 @@ def _ensure_table(spark: Any, path: str, schema: Any, mode: Mode, keys: Sequence
                     "`__start_at` timestamp", "`__end_at` timestamp", "`__op` string",
                     f"{quote(CURRENT)} boolean"]  # fmt: skip
         spark.sql(lake_sql.create_table(path, ", ".join(ddl)))
+        _columns[path] = {f.name for f in fields}
         log.info("Delta table %s created (%s, keys %s)", path, mode, ", ".join(keys))
         return
+    if _columns.get(path, set()) >= {f.name for f in fields}:
+        return  # seen in this process: no new column since
     have = {f.name for f in spark.read.format("delta").load(path).schema.fields}
     new = [f for f in fields if f.name not in have]
+    _columns[path] = have | {f.name for f in new}
     if new:
         added = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in new)
         spark.sql(f"ALTER TABLE {ref} ADD COLUMNS ({added})")
@@ -285,6 +299,7 @@ class TableVersion:
     scn: int | None  # None: a version sluice did not write (its creation, a user's change)
     app: str | None = None
     batch: int | None = None
+    first_scn: int | None = None  # the lowest SCN of the batch's changes
 
 
 def versions(spark: Any, target: str) -> list[TableVersion]:
@@ -303,10 +318,11 @@ def versions(spark: Any, target: str) -> list[TableVersion]:
             except ValueError:
                 loaded = None
             meta = loaded if isinstance(loaded, dict) else {}
-        scn, batch = meta.get(_SCN_KEY), meta.get("sluice.batch")
+        scn, batch, first = (meta.get(k) for k in (_SCN_KEY, "sluice.batch", "sluice.first_scn"))
         out.append(TableVersion(
             int(row["version"]), scn if isinstance(scn, int) else None,
             meta.get("sluice.app"), batch if isinstance(batch, int) else None,
+            first if isinstance(first, int) else None,
         ))  # fmt: skip
     return out
 
@@ -315,7 +331,8 @@ def read_as_of(spark: Any, target: str, scn: int) -> Any:
     """The table as it was after SCN ``scn``. An SCD2 table answers exactly at any SCN (from
     its versions' ``__start_scn``/``__end_scn``); an SCD1 table from Delta's time travel, at
     the newest version whose batch ended at or before ``scn`` (batches end at window
-    boundaries). Raises ``ConfigError`` for an SCN before the table's first batch."""
+    boundaries). Raises ``ConfigError`` for an SCN before the table's first batch, or inside
+    a batch (the SCD1 table never held that state)."""
     path = _absolute(target)
     if not _is_delta(spark, path):
         raise ConfigError(f"{path} is not a Delta table")
@@ -328,6 +345,14 @@ def read_as_of(spark: Any, target: str, scn: int) -> Any:
         return live.drop(*SCD2_COLUMNS)
     known = [(v.scn, v) for v in versions(spark, path) if v.scn is not None]
     at = [v for reached, v in known if reached <= scn]
+    inside = [v for reached, v in known if reached > scn and (v.first_scn or reached) <= scn]
+    if inside:  # the table never held that state: the batch applied its changes at once
+        v = inside[0]
+        raise ConfigError(
+            f"Delta table {path} (SCD1) has no version as of SCN {scn}: it falls inside batch "
+            f"{v.batch} (SCNs {v.first_scn} to {v.scn}), applied at once. An SCD1 table "
+            "answers between batches; an SCD2 table (--mode scd2) answers at any SCN"
+        )
     if not at:
         first = known[0][0] if known else None
         raise ConfigError(
