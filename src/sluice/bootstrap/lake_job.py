@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ class LakeJob:
 
     def run(self, spark: Any) -> dict[str, int | None]:
         """The batches each source's query committed (its last batch id) when it ended."""
+        # A foreachBatch that fails is Py4J's to log, with its trace, as an ERROR; the failure
+        # reaches run() as the query's exception too, and is said there in one sentence
+        logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
         for source in self.config.sources:
             self.queries[source] = self._start(spark, source)
         try:
@@ -99,8 +103,7 @@ class LakeJob:
                 self._stop.wait(0.5)
         finally:
             for query in self.queries.values():
-                if query.isActive:
-                    query.stop()
+                _stop_between_batches(query)
         for source, query in self.queries.items():
             failure = query.exception()
             if failure is not None:
@@ -169,6 +172,16 @@ class LakeJob:
                 "Use the checkpoint that wrote them, or a new --name (it starts over from "
                 "the snapshot)"
             )
+
+
+def _stop_between_batches(query: Any, wait_s: float = 120.0) -> None:
+    """Stop a query once its running batch (if any) is done: stopping it mid-batch
+    interrupts the MERGE inside Spark (an internal error in its log, the batch run again)."""
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if query.isActive:
+        query.stop()
 
 
 def _first(exc: Any) -> str:

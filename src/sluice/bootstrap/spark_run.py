@@ -27,14 +27,19 @@ def run_spark_command(
     body: Callable[[Any], T],
     jars: tuple[str, ...] = (),
     conf: dict[str, str] | None = None,
+    graceful: Callable[[], None] | None = None,
 ) -> T:
     """``body(spark)`` in a quiet session (with ``jars``); a Spark failure (the JVM not
     starting included) is one sentence, a signal cancels the running jobs and is reported as
-    ``Interrupted``."""
+    ``Interrupted`` (or, with ``graceful``, calls it: the body then ends by itself)."""
     stopping = threading.Event()
     spark: Any = None
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if graceful is not None:  # the body ends by itself (a JVM killed too: Interrupted)
+            stopping.set()
+            graceful()
+            return
         if not stopping.is_set():
             stopping.set()
             if spark is not None:

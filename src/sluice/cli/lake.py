@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import Any
 
@@ -117,11 +116,11 @@ def _run(args: argparse.Namespace) -> int:
         keys=_keys(args.key),
     )
     job = LakeJob(config)  # a template naming one table twice fails here, before Spark
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: job.stop())
+    # A signal lets the batches being merged finish, then stops the queries: a batch cut off
+    # would be run again next time anyway (and skipped by Delta if it had committed)
     done = run_spark_command(
         "the lake job failed", args.master, "sluice-lake", job.run,
-        conf=_delta_conf(args.master),
+        conf=_delta_conf(args.master), graceful=job.stop,
     )  # fmt: skip
     for source, batch in done.items():
         print(f"{source} -> {config.path(source)}: batches up to {batch}")
