@@ -12,6 +12,7 @@ before it died is run again by Spark and skipped by Delta.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -184,6 +185,15 @@ def _stop_between_batches(query: Any, wait_s: float = 120.0) -> None:
         query.stop()
 
 
+_RAISED = re.compile(r"^\s*(?::\s*|Caused by:\s*)?((?:\w+\.)*\w*(?:Error|Exception)): (.+)$")
+
+
 def _first(exc: Any) -> str:
+    """The failure in one line: the innermost raised exception a Python traceback names
+    (a foreachBatch failure arrives as Py4J's text of one), else the first line."""
     text = str(exc).strip()
+    raised = [m for line in text.splitlines() if (m := _RAISED.match(line))]
+    if raised:
+        name, message = raised[-1].groups()
+        return f"{name.rsplit('.', 1)[-1]}: {message}"[:400]
     return text.splitlines()[0][:400] if text else type(exc).__name__
