@@ -3,8 +3,9 @@
     with PrivateConnectServer(jars=seed_jars("mysql://x")) as server:
         spark = SparkSession.builder.remote(server.url).getOrCreate()   # sc://127.0.0.1:PORT
 
-It runs the installed pyspark distribution's ``sbin/start-connect-server.sh --wait`` (the
-server in the foreground, ``local[2]``) on a free port of 127.0.0.1, with its output in a log
+It runs the installed pyspark distribution's ``sbin/start-connect-server.sh --wait`` (or, as
+pyspark 4.2.0 has no such script, ``bin/spark-submit --class`` its server: in the foreground,
+``local[2]``) on a free port of 127.0.0.1, with its output in a log
 file of a temp dir. Its Python workers run this interpreter, so they import ``sluice``.
 """
 
@@ -35,16 +36,30 @@ class SparkConnectNotAvailable(SluiceError):
     """pyspark's Connect server is missing here, or it would not start."""
 
 
-def _start_script() -> Path:
+_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+def _start_command() -> list[str]:
+    """The server in the foreground: ``sbin/start-connect-server.sh --wait`` where pyspark
+    ships it (4.3), else what that script runs, ``bin/spark-submit --class`` the server's
+    class (pyspark 4.2.0's package has no such script; spark-submit needs no application jar
+    for that class)."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
         raise SparkConnectNotAvailable("pyspark is not installed: pip install 'sluice[spark]'")
-    script = Path(spec.origin).parent / "sbin" / "start-connect-server.sh"
-    if not script.is_file():
-        raise SparkConnectNotAvailable(f"{script} is missing: the pyspark install is incomplete")
     if shutil.which("java") is None and "JAVA_HOME" not in os.environ:
         raise SparkConnectNotAvailable("no Java: install a JRE 17 (apt-get install -y default-jre)")
-    return script
+    home = Path(spec.origin).parent
+    script = home / "sbin" / "start-connect-server.sh"
+    if script.is_file():
+        return [str(script), "--wait"]
+    submit = home / "bin" / "spark-submit"
+    if not submit.is_file() or not any((home / "jars").glob("spark-connect_*.jar")):
+        raise SparkConnectNotAvailable(
+            f"{home} has neither sbin/start-connect-server.sh nor bin/spark-submit with the "
+            "spark-connect jar: the pyspark install is incomplete"
+        )
+    return [str(submit), "--class", _SERVER_CLASS, "--name", "Spark Connect server"]
 
 
 class PrivateConnectServer(Component):
@@ -65,12 +80,11 @@ class PrivateConnectServer(Component):
         return self._dir / "connect.log"
 
     def start(self) -> None:
-        script = _start_script()
+        command = _start_command()
         self._dir = Path(tempfile.mkdtemp(prefix="sluice-connect-"))
         self.port = free_port()
         args = [
-            str(script),
-            "--wait",
+            *command,
             "--master",
             self.master,
             "--conf",
