@@ -10,9 +10,9 @@ relay process holds all of it. Both sides start from an empty Delta table and ap
 event, the initial inserts included, in the same micro-batches:
 
 - **Sluice**: one streaming query over the ``sluice`` source's typed rows with the options
-  ``sluice lake run`` uses (``lake_job.py``: typed, ``coldRead``, ``startingScn=earliest``,
-  one partition), ``maxEventsPerTrigger``, ``availableNow``, ``foreachBatch(apply_changes)``
-  in SCD1; timed from the query's start to its end.
+  ``sluice lake run`` uses (``lake_job.change_stream``: typed, ``coldRead``, two tasks with
+  ``split=scn``, ``startingScn=earliest``), ``maxEventsPerTrigger``, ``availableNow``,
+  ``foreachBatch(apply_changes)`` in SCD1; timed from the query's start to its end.
 - **Spark's own MERGE**: the same stream read once (untimed) with each micro-batch written as
   a Parquet directory, with a ``_seq`` column (the change's place in the batch). Timed: a
   plain PySpark loop that, per staged batch, reads it, keeps the last change per key
@@ -44,8 +44,8 @@ from benchmarks.capture import relay_catch_up
 from benchmarks.common import SMALL_TABLE_DDL, fill_small_table, relay_process, table, write_results
 from sluice.blocking_http import get_json
 from sluice.bootstrap.job import spark_session
+from sluice.bootstrap.lake_job import change_stream, query_session
 from sluice.capture.mysql.metadata import end_scn
-from sluice.spark import register
 from sluice.spark.lake import apply_changes, delta_settings
 from sluice.testing import PrivateMariaDB, RelayProcess
 
@@ -126,29 +126,8 @@ def _relay_with_workload(
 
 # -- the two sides -------------------------------------------------------------------------------
 def _stream(spark: Any, relay: str, max_events: int) -> Any:
-    """The ``sluice`` source as ``sluice lake run`` reads it (``lake_job.py``)."""
-    return (
-        spark.readStream.format("sluice")
-        .option("relay", relay)
-        .option("sources", "bench.t")
-        .option("typed", "true")
-        .option("coldRead", "true")
-        .option("partitions", "2")  # lake_job's default (--partitions), whole SCN runs
-        .option("split", "scn")
-        .option("startingScn", "earliest")
-        .option("maxEventsPerTrigger", str(max_events))
-        .load()
-    )
-
-
-def _session(spark: Any) -> Any:
-    """As ``lake_job``: a session per query (Delta's transaction identifiers are session
-    settings), ``sluice`` registered in it. (With ``sluice`` registered in the parent first,
-    registering it again in a new session fails as a duplicate, and without, the new session
-    does not find it: PySpark 4.2.)"""
-    session = spark.newSession()
-    register(session)
-    return session
+    """The ``sluice`` source as ``sluice lake run`` reads it, in a session of its own."""
+    return change_stream(query_session(spark), (relay,), "bench.t", max_events=max_events)
 
 
 def _drain(stream: Any, each: Any, checkpoint: Path) -> float:
@@ -176,18 +155,16 @@ def stage(spark: Any, relay: str, max_events: int, out: Path) -> tuple[list[Path
         rows = batch.withColumn("_seq", F.monotonically_increasing_id())
         rows.write.parquet(str(out / f"batch-{batch_id:06d}"))
 
-    took = _drain(_stream(_session(spark), relay, max_events), write, out / "_checkpoint")
+    took = _drain(_stream(spark, relay, max_events), write, out / "_checkpoint")
     return sorted(out.glob("batch-*")), took
 
 
 def sluice_lake(spark: Any, relay: str, max_events: int, path: Path, app: str) -> float:
     """Seconds for the sluice path: relay -> typed rows -> ``apply_changes`` (SCD1)."""
-    session = _session(spark)
-
     def merge(batch: Any, batch_id: int) -> None:
         apply_changes(batch, batch_id, str(path), keys=KEYS, mode="scd1", app_id=app)
 
-    return _drain(_stream(session, relay, max_events), merge, path.parent / f"{path.name}.ckpt")
+    return _drain(_stream(spark, relay, max_events), merge, path.parent / f"{path.name}.ckpt")
 
 
 def spark_merge(spark: Any, staged: list[Path], path: Path) -> float:

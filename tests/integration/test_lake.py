@@ -28,7 +28,7 @@ from tests.integration.support import (
     wait_relay_caught_up,
     workload_relay,
 )
-from tests.integration.workload import Workload
+from tests.integration.workload import Workload, truncate_then_a_key_twice
 
 DB = "laked"  # the running test's database (its fixture names it)
 _ids = itertools.count()
@@ -99,15 +99,8 @@ def _more_changes(conn: pymysql.Connection[Any], workload: Workload) -> None:
     """The workload again, then a truncate, a key changed twice in one transaction, a
     primary-key change, a delete, and a new column."""
     workload.run(10)
+    truncate_then_a_key_twice(conn)
     with conn.cursor() as cur:
-        cur.execute("TRUNCATE TABLE orders")
-        cur.execute("BEGIN")
-        cur.execute("INSERT INTO orders VALUES ('eu', 900001, 'first', 1)")
-        cur.execute("UPDATE orders SET item = 'second', qty = 2 WHERE num = 900001")
-        cur.execute("INSERT INTO orders VALUES ('us', 900002, 'gone', 1)")
-        cur.execute("DELETE FROM orders WHERE num = 900002")
-        cur.execute("INSERT INTO orders VALUES ('ap', 900003, 'moved', 3)")
-        cur.execute("COMMIT")
         cur.execute("UPDATE orders SET num = 900004 WHERE num = 900003")  # a new key
         cur.execute("SELECT MIN(id) FROM person")
         first = cur.fetchone()[0]  # type: ignore[index]

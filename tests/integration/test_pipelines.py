@@ -27,7 +27,7 @@ from tests.integration.support import (
     wait_relay_caught_up,
     workload_relay,
 )
-from tests.integration.workload import Workload
+from tests.integration.workload import Workload, truncate_then_a_key_twice
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pipelines"
 SPARK_PIPELINES = Path(pyspark.__file__).parent / "bin" / "spark-pipelines"
@@ -180,15 +180,7 @@ def _more_changes(conn: pymysql.Connection[Any], workload: Workload) -> None:
     drop every older row of ``orders``), and keys changed twice in one transaction (one SCN:
     the event's order in its window decides)."""
     workload.run(10)
-    with conn.cursor() as cur:
-        cur.execute("TRUNCATE TABLE orders")
-        cur.execute("BEGIN")
-        cur.execute("INSERT INTO orders VALUES ('eu', 900001, 'first', 1)")
-        cur.execute("UPDATE orders SET item = 'second', qty = 2 WHERE num = 900001")
-        cur.execute("INSERT INTO orders VALUES ('us', 900002, 'gone', 1)")
-        cur.execute("DELETE FROM orders WHERE num = 900002")
-        cur.execute("INSERT INTO orders VALUES ('ap', 900003, 'kept', 3)")
-        cur.execute("COMMIT")
+    truncate_then_a_key_twice(conn)
 
 
 @pytest.mark.timeout(1800)

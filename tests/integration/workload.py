@@ -321,6 +321,21 @@ class Workload:
                 self.large_transaction(2000)
 
 
+def truncate_then_a_key_twice(conn: pymysql.Connection[Any]) -> None:
+    """What a fold or a merge must get right, on ``orders``: a TRUNCATE (every older row goes),
+    then one transaction that changes a key twice, inserts and deletes another, and inserts
+    ``('ap', 900003)`` (one SCN: the events' order in their window decides)."""
+    with conn.cursor() as cur:
+        cur.execute("TRUNCATE TABLE orders")
+        cur.execute("BEGIN")
+        cur.execute("INSERT INTO orders VALUES ('eu', 900001, 'first', 1)")
+        cur.execute("UPDATE orders SET item = 'second', qty = 2 WHERE num = 900001")
+        cur.execute("INSERT INTO orders VALUES ('us', 900002, 'gone', 1)")
+        cur.execute("DELETE FROM orders WHERE num = 900002")
+        cur.execute("INSERT INTO orders VALUES ('ap', 900003, 'kept', 3)")
+        cur.execute("COMMIT")
+
+
 def workload_thread(db: Any, database: str, seed: int, count: int) -> threading.Thread:
     """``count`` random transactions of ``Workload`` on ``database``, in a thread of their own
     (started; join it)."""

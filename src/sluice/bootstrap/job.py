@@ -202,12 +202,22 @@ def _quiet_gateway(settings: dict[str, str]) -> None:
 _SLUICE_ERROR = re.compile(r"sluice\.errors\.\w+: (.+)")
 
 
+_RAISED = re.compile(r"^\s*(?::\s*|Caused by:\s*)?((?:\w+\.)*\w*(?:Error|Exception)): (.+)$")
+
+
 def spark_failure(what: str, exc: BaseException) -> SluiceError:
-    """A Spark failure as one sentence: the Sluice error a worker raised, if there was one."""
-    text = str(exc)
+    """A Spark failure as one sentence: the Sluice error a worker raised, if there was one,
+    else the innermost exception a trace in it names (a ``foreachBatch`` failure arrives as
+    Py4J's text of a Python traceback), else its first line."""
+    text = str(exc).strip()
     found = _SLUICE_ERROR.findall(text)
-    detail = found[-1].strip() if found else text.strip().splitlines()[0][:300]
-    return SluiceError(f"{what}: {detail}")
+    if found:
+        return SluiceError(f"{what}: {found[-1].strip()}")
+    raised = [m for line in text.splitlines() if (m := _RAISED.match(line))]
+    if raised:
+        name, message = raised[-1].groups()
+        return SluiceError(f"{what}: {name.rsplit('.', 1)[-1]}: {message}"[:400])
+    return SluiceError(f"{what}: {text.splitlines()[0][:300] if text else type(exc).__name__}")
 
 
 def save_schemas(relays: tuple[str, ...], sources: tuple[str, ...], store: BootstrapStore) -> None:

@@ -12,7 +12,6 @@ before it died is run again by Spark and skipped by Delta.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from sluice.blocking_http import get_json
+from sluice.bootstrap.job import spark_failure
 from sluice.core.names import schemas_path, split_source
-from sluice.errors import ConfigError, SluiceError
+from sluice.errors import ConfigError
 from sluice.spark import register
 from sluice.spark.lake import Mode, app_version, apply_changes
 
@@ -100,7 +100,7 @@ class LakeJob:
                 for source, query in self.queries.items():
                     failure = query.exception()
                     if failure is not None:
-                        raise SluiceError(f"the lake query of {source} failed: {_first(failure)}")
+                        raise spark_failure(f"the lake query of {source} failed", failure)
                 self._stop.wait(0.5)
         finally:
             for query in self.queries.values():
@@ -108,7 +108,7 @@ class LakeJob:
         for source, query in self.queries.items():
             failure = query.exception()
             if failure is not None:
-                raise SluiceError(f"the lake query of {source} failed: {_first(failure)}")
+                raise spark_failure(f"the lake query of {source} failed", failure)
         return {s: app_version(spark, self.config.path(s), self.config.app_id(s))
                 for s in self.config.sources}  # fmt: skip
 
@@ -124,24 +124,10 @@ class LakeJob:
         checkpoint = str(Path(config.checkpoint) / source)
         app = config.app_id(source)
         self._check_checkpoint(spark, path, checkpoint, app)
-        session = spark.newSession()  # Delta's transaction identifiers are session settings
-        register(session)
-        reader = (
-            session.readStream.format("sluice")
-            .option("relay", ",".join(config.relays))
-            .option("sources", source)
-            .option("typed", "true")
-            .option("coldRead", "true")
-            # whole windows in SCN runs per task: a key's changes of one SCN stay together,
-            # in order (apply_changes orders by SCN, then place in the batch)
-            .option("partitions", str(config.partitions))
-            .option("split", "scn")
-            .option("maxEventsPerTrigger", str(config.max_events_per_trigger))
-        )
-        if config.bootstrap:
-            reader = reader.option("bootstrap", config.bootstrap).option("startingScn", "0")
-        else:
-            reader = reader.option("startingScn", "earliest")
+        stream = change_stream(
+            query_session(spark), config.relays, source, bootstrap=config.bootstrap,
+            partitions=config.partitions, max_events=config.max_events_per_trigger,
+        )  # fmt: skip
 
         def merge(batch: Any, batch_id: int) -> None:
             done = apply_changes(batch, batch_id, path, keys=keys, mode=config.mode, app_id=app)
@@ -149,7 +135,7 @@ class LakeJob:
                 log.info("lake %s: batch %d, %d changes up to SCN %d into %s",
                          source, batch_id, done.changes, done.scn, path)  # fmt: skip
 
-        writer = reader.load().writeStream.foreachBatch(merge).option(
+        writer = stream.writeStream.foreachBatch(merge).option(
             "checkpointLocation", checkpoint
         )
         if config.once:
@@ -175,6 +161,41 @@ class LakeJob:
             )
 
 
+def query_session(spark: Any) -> Any:
+    """A session of its own for one query (Delta's transaction identifiers are session
+    settings, and several queries run at once), with the ``sluice`` source."""
+    session = spark.newSession()
+    register(session)
+    return session
+
+
+def change_stream(
+    session: Any,
+    relays: tuple[str, ...],
+    source: str,
+    *,
+    bootstrap: str | None = None,
+    partitions: int = 2,
+    max_events: int = 1_000_000,
+) -> Any:
+    """The typed change stream of one table, as ``sluice lake run`` reads it."""
+    reader = (
+        session.readStream.format("sluice")
+        .option("relay", ",".join(relays))
+        .option("sources", source)
+        .option("typed", "true")
+        .option("coldRead", "true")
+        # whole windows in SCN runs per task: a key's changes of one SCN stay together, in
+        # order (apply_changes orders by SCN, then place in the batch)
+        .option("partitions", str(partitions))
+        .option("split", "scn")
+        .option("maxEventsPerTrigger", str(max_events))
+    )
+    if bootstrap:
+        return reader.option("bootstrap", bootstrap).option("startingScn", "0").load()
+    return reader.option("startingScn", "earliest").load()
+
+
 def _stop_between_batches(query: Any, wait_s: float = 120.0) -> None:
     """Stop a query once its running batch (if any) is done: stopping it mid-batch
     interrupts the MERGE inside Spark (an internal error in its log, the batch run again)."""
@@ -183,17 +204,3 @@ def _stop_between_batches(query: Any, wait_s: float = 120.0) -> None:
         time.sleep(0.1)
     if query.isActive:
         query.stop()
-
-
-_RAISED = re.compile(r"^\s*(?::\s*|Caused by:\s*)?((?:\w+\.)*\w*(?:Error|Exception)): (.+)$")
-
-
-def _first(exc: Any) -> str:
-    """The failure in one line: the innermost raised exception a Python traceback names
-    (a foreachBatch failure arrives as Py4J's text of one), else the first line."""
-    text = str(exc).strip()
-    raised = [m for line in text.splitlines() if (m := _RAISED.match(line))]
-    if raised:
-        name, message = raised[-1].groups()
-        return f"{name.rsplit('.', 1)[-1]}: {message}"[:400]
-    return text.splitlines()[0][:400] if text else type(exc).__name__

@@ -119,9 +119,13 @@ def apply_changes(
     # what this process committed is known; the table's history is read once (a Spark job)
     done = _committed[(path, app)] if (path, app) in _committed else app_version(spark, path, app)
     if done is not None and done >= batch_id:  # committed before a crash: Delta would skip it
-        log.info("Delta table %s: batch %d of %s is committed already", path, batch_id, app)
+        log.warning(
+            "Delta table %s: batch %d of %s was committed before (a run again after a crash): "
+            "skipped", path, batch_id, app,
+        )  # fmt: skip
         return None
     prepared = batch.withColumn("_seq", F.monotonically_increasing_id()).persist()
+    view = f"sluice_batch_{uuid.uuid4().hex}"
     try:
         summary = prepared.agg(
             F.count(F.lit(1)).alias("n"),
@@ -138,7 +142,6 @@ def apply_changes(
             if summary["t"] else []
         )  # fmt: skip
         plan = MergePlan(lake_sql.table_ref(path), tuple(columns), tuple(keys), bool(truncates))
-        view = f"sluice_batch_{uuid.uuid4().hex}"
         if mode == "scd1":
             _scd1_source(prepared, keys, truncates).createOrReplaceTempView(view)
             text = lake_sql.scd1_merge(plan, view)
@@ -156,9 +159,9 @@ def apply_changes(
         }):  # fmt: skip
             spark.sql(text)
         _committed[(path, app)] = batch_id
-        spark.catalog.dropTempView(view)
         return LakeCommit(int(summary["n"]), int(summary["scn"]), int(summary["t"]))
     finally:
+        spark.catalog.dropTempView(view)
         prepared.unpersist()
 
 
