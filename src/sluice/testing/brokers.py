@@ -46,6 +46,7 @@ from sluice.testing.mariadb import free_port
 
 _SEARCH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
 _POLL_S = 0.05  # between readiness probes (the wait itself is bounded by a timeout)
+_EPMD_PORT = 4369
 
 
 class BrokerNotAvailable(SluiceError):
@@ -233,11 +234,7 @@ class _PrivateServer(Component):
         )
 
     def _accepts(self) -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-        except OSError:
-            return False
-        return True
+        return _port_open(self.port)
 
     def _prepare(self) -> None:
         """Write what the server reads at start (after ``port`` is chosen)."""
@@ -322,7 +319,8 @@ class PrivateRabbitMQ(_PrivateServer):
 
     How it runs: the node is ``sluice-test-PORT@localhost``, with its distribution port, mnesia,
     logs, config, enabled-plugins list, env file and ``HOME`` (so the Erlang cookie) all in the
-    temp dir; it shares the machine's ``epmd`` (or starts one, which may outlive it). Debian's
+    temp dir; it shares the machine's ``epmd``, started here when none runs (from ``/`` with a bare
+    environment: it outlives every node, and must not look like a process of this one). Debian's
     ``/usr/sbin/rabbitmq-server`` is a wrapper that, run as root, switches to the ``rabbitmq``
     user (who cannot enter a root temp dir); the script it wraps runs the node as the calling
     user, root included, so that is what runs. ``RABBITMQ_CONF_ENV_FILE`` points at an empty
@@ -375,6 +373,7 @@ class PrivateRabbitMQ(_PrivateServer):
         )
         (self.base_dir / "enabled_plugins").write_text("[].\n")
         (self.base_dir / "rabbitmq-env.conf").write_text("")
+        _ensure_epmd()
 
     def _command(self, binary: str) -> Sequence[str]:
         return [_unwrapped(binary)]
@@ -401,6 +400,35 @@ class PrivateRabbitMQ(_PrivateServer):
     def _ready(self) -> bool:
         # The listener opens late in the boot; a real AMQP login proves the broker is up.
         return self._accepts() and _amqp_answers(self.url)
+
+
+def _ensure_epmd(timeout: float = 10.0) -> None:
+    """Erlang's port mapper on 127.0.0.1:4369. A node that found none would start it itself, as
+    a daemon carrying that node's environment (its temp dir) for the rest of the machine's life."""
+    if _port_open(_EPMD_PORT):
+        return
+    epmd = _find("epmd", "erlang-base")
+    subprocess.run(
+        [epmd, "-daemon", "-address", "127.0.0.1"],
+        cwd="/",
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        capture_output=True,
+        timeout=timeout,
+        check=False,  # another one may have won the race: the wait below decides
+    )
+    deadline = time.monotonic() + timeout
+    while not _port_open(_EPMD_PORT):
+        if time.monotonic() > deadline:
+            raise BrokerNotAvailable(f"{epmd} -daemon did not listen on port {_EPMD_PORT}")
+        time.sleep(_POLL_S)
+
+
+def _port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
 
 
 def _unwrapped(script: str) -> str:
