@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: setup kafka-jars connect-jars delta-jars test lint bench demo interop
+.PHONY: setup kafka-jars zookeeper-jars connect-jars delta-jars test lint bench demo interop
 
 # System packages: MariaDB and PostgreSQL (tests start private servers; wal2json is the C
 # decoder the PostgreSQL benchmark measures against), a JRE for Spark, the MariaDB JDBC
@@ -29,6 +29,9 @@ MARIADB_PLUGIN = $(CONNECT_HOME)/plugins/debezium-connector-mariadb
 # Delta Lake's Spark runtime for `sluice lake` (java/delta/pom.xml: delta-spark without Spark and
 # Scala, which pyspark ships), the same way; sluice.spark.lake puts them on spark.jars.
 DELTA_LIBS = $(SLUICE_CACHE)/delta-4.4.0/libs
+# Apache ZooKeeper's standalone server (sluice.testing.zookeeper), from java/zookeeper/pom.xml
+# the same way (8 jars, 4.5 MB: no Netty, slf4j-simple for its log).
+ZOOKEEPER_LIBS = $(SLUICE_CACHE)/zookeeper-3.9.5/libs
 
 setup:
 	@missing=""; \
@@ -50,6 +53,7 @@ setup:
 	  fi
 	$(PIP) install -q -e '.[dev]'
 	$(MAKE) --no-print-directory kafka-jars
+	$(MAKE) --no-print-directory zookeeper-jars
 	$(MAKE) --no-print-directory connect-jars
 	$(MAKE) --no-print-directory delta-jars
 
@@ -63,6 +67,16 @@ kafka-jars:
 	    mvn -q -B -f java/kafka/pom.xml dependency:copy-dependencies \
 	      -DoutputDirectory='$(KAFKA_LIBS)' && \
 	    echo "$$sum" > '$(KAFKA_LIBS)/.pom.sha256'; \
+	  fi
+
+zookeeper-jars:
+	@sum=$$(sha256sum java/zookeeper/pom.xml | cut -c1-64); \
+	  if [ "$$(cat '$(ZOOKEEPER_LIBS)/.pom.sha256' 2>/dev/null)" != "$$sum" ]; then \
+	    echo "fetching ZooKeeper's jars into $(ZOOKEEPER_LIBS)"; \
+	    rm -rf '$(ZOOKEEPER_LIBS)' && \
+	    mvn -q -B -f java/zookeeper/pom.xml dependency:copy-dependencies \
+	      -DoutputDirectory='$(ZOOKEEPER_LIBS)' && \
+	    echo "$$sum" > '$(ZOOKEEPER_LIBS)/.pom.sha256'; \
 	  fi
 
 delta-jars:

@@ -1,6 +1,6 @@
 """Session fixtures: one private MariaDB (binlog on) and one private PostgreSQL
 (wal_level=logical) for the whole run; private NATS, Redis, RabbitMQ and Kafka servers for
-the sinks when a test asks for one.
+the sinks, and a private ZooKeeper, when a test asks for one.
 
 If a server cannot start, the suite fails (never skips): a skipped suite hides a broken install.
 The one exception, outside CI only: Kafka Connect's jars (``make connect-jars``, a separate
@@ -22,6 +22,7 @@ from sluice.testing.brokers import PrivateNats, PrivateRabbitMQ, PrivateRedis
 from sluice.testing.kafka import PrivateKafka
 from sluice.testing.kafka_connect import ConnectJarsMissing, PrivateKafkaConnect
 from sluice.testing.postgres import PrivatePostgres
+from sluice.testing.zookeeper import PrivateZooKeeper
 
 _names = itertools.count(1)
 
@@ -122,6 +123,14 @@ def rabbitmq_server() -> Iterator[PrivateRabbitMQ]:
 def kafka_server() -> Iterator[PrivateKafka]:
     # one KRaft node on the jars `make setup` fetched, 6-13 s; raises BrokerNotAvailable
     with PrivateKafka() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def zookeeper_server() -> Iterator[PrivateZooKeeper]:
+    # a standalone node on the jars `make setup` fetched, ~0.5 s; sessions from 1 s to 60 s;
+    # raises BrokerNotAvailable (CI or not: the jars come with `make setup`, as Kafka's do)
+    with PrivateZooKeeper() as server:
         yield server
 
 
