@@ -14,6 +14,8 @@ Tree::
     ├── WindowTooLarge         a window does not fit in the event buffer
     ├── CheckpointError        a checkpoint is corrupt or from the future (not retriable)
     ├── Interrupted            SIGINT/SIGTERM stopped a command; its work so far is kept
+    ├── Fenced                 a group member wrote for a partition it no longer owns (refused)
+    ├── CoordinatorUnavailable ZooKeeper could not be reached (retriable)
     ├── RegistryUnavailable    a schema registry could not be reached or failed (retriable)
     └── RelayError             a relay answered with an error
         ├── RelayUnavailable   no relay could be reached (retriable)
@@ -98,6 +100,22 @@ class CheckpointError(SluiceError):
 
 class Interrupted(SluiceError):
     """SIGINT or SIGTERM stopped a command; what it finished is kept (run it again)."""
+
+
+class Fenced(SluiceError):
+    """A write for a partition was refused because another member of its group took the
+    partition over (its ownership epoch moved on): nothing was written; the partition is
+    that member's now."""
+
+    def __init__(self, message: str, *, partition: int | None = None) -> None:
+        super().__init__(message)
+        self.partition = partition
+
+
+class CoordinatorUnavailable(SluiceError):
+    """The group's coordinator (ZooKeeper) could not be reached: try again later."""
+
+    retriable = True
 
 
 class RegistryUnavailable(SluiceError):

@@ -13,6 +13,7 @@ from sluice.core.process import long_lived
 from sluice.core.requests import DEBEZIUM_OPTIONS
 from sluice.errors import ConfigError
 from sluice.sink import Sink, load_sink_config
+from sluice.sink.group import GroupSink
 from sluice.sink.server import run_sink
 
 
@@ -166,6 +167,38 @@ def add_parser(sub: Any) -> None:
         help="exit 1 when no relay answered for this long (default: never)",
     )
     p.add_argument(
+        "--partition",
+        metavar="I/N",
+        help="only key partition I of N of the stream (fixed by hand; see --group)",
+    )
+    p.add_argument(
+        "--group",
+        metavar="NAME",
+        help="share the stream's partitions with the other members of this group "
+        "(with --coordinator and --partitions): a member that dies hands its partitions on",
+    )
+    p.add_argument(
+        "--coordinator",
+        metavar="zk://HOST:PORT[,...]/PATH",
+        help="the group's ZooKeeper ensemble and the path its groups live under",
+    )
+    p.add_argument(
+        "--partitions", type=int, metavar="N", help="the group's key partitions (fixed per group)"
+    )
+    p.add_argument(
+        "--quorum",
+        type=int,
+        metavar="Q",
+        help="a group delivers nothing while it has fewer than Q members (default 1)",
+    )
+    p.add_argument(
+        "--session-timeout",
+        type=float,
+        dest="session_timeout_s",
+        metavar="SECONDS",
+        help="a member silent this long is dead and its partitions move (default 10)",
+    )
+    p.add_argument(
         "--until-caught-up",
         action="store_true",
         help="exit 0 once everything up to the relay's max SCN is delivered",
@@ -203,10 +236,18 @@ def run(args: argparse.Namespace) -> int:
         commit_interval_s=args.commit_interval_s,
         commit_rows=args.commit_rows,
         give_up_after_s=args.give_up_after_s,
+        partition=args.partition,
+        group=args.group,
+        coordinator=args.coordinator,
+        partitions=args.partitions,
+        quorum=args.quorum,
+        session_timeout_s=args.session_timeout_s,
     )
     if config.bootstrap and config.since_scn is None:
         config = config.model_copy(update={"since_scn": 0})  # a new sink: snapshot first
-    sink = Sink(config)
+    sink: Sink | GroupSink = GroupSink(config) if config.group else Sink(config)
+    if config.group and args.until_caught_up:
+        raise ConfigError("--until-caught-up is for one sink; a group member runs until stopped")
     long_lived()  # the process is the sink: see core/process.py
     return asyncio.run(_run(sink, args.until_caught_up))
 
@@ -224,7 +265,7 @@ def _debezium_options(items: list[str]) -> dict[str, str] | None:
     return options or None
 
 
-async def _run(sink: Sink, until_caught_up: bool) -> int:
+async def _run(sink: Sink | GroupSink, until_caught_up: bool) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, sink.stop)

@@ -61,6 +61,31 @@ class SinkConfig(BaseSettings):
     # checkpoint commits with them)
     commit_interval_s: float = Field(default=0.1, ge=0, le=60)
     commit_rows: int = Field(default=20_000, ge=1)
+    # One key partition of the stream (``I/N``, the relay's ``partition=``): fixed by hand, or
+    # set per partition by a group (``sink/group.py``), which shares N partitions among its
+    # members through the coordinator.
+    partition: str | None = Field(default=None, pattern=r"^\d+/\d+$")
+    group: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    coordinator: SecretStr | None = None  # zk://HOST:PORT[,...]/PATH
+    partitions: int | None = Field(default=None, ge=1, le=4096)
+    quorum: int = Field(default=1, ge=1)
+    session_timeout_s: float = Field(default=10.0, ge=1, le=600)
+
+    @model_validator(mode="after")
+    def _group_complete(self) -> SinkConfig:
+        grouped = (self.group, self.coordinator, self.partitions)
+        if any(v is not None for v in grouped) and any(v is None for v in grouped):
+            raise ValueError(
+                "a group needs --group NAME, --coordinator zk://HOST:PORT/PATH and "
+                "--partitions N together"
+            )
+        if self.group is not None and self.partition is not None:
+            raise ValueError("--partition is fixed by hand; a --group deals its partitions itself")
+        if self.partition is not None:
+            index, count = (int(x) for x in self.partition.split("/"))
+            if not 0 <= index < count:
+                raise ValueError(f"partition must be I/N with 0 <= I < N, got {self.partition}")
+        return self
 
     @model_validator(mode="before")
     @classmethod

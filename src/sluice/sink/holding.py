@@ -18,9 +18,9 @@ import asyncio
 import contextlib
 from typing import Any
 
-from sluice.client.checkpoints import FileCheckpointStore
+from sluice.client.checkpoints import CheckpointStore
 from sluice.core.checkpoint import Checkpoint
-from sluice.errors import SluiceError
+from sluice.errors import CoordinatorUnavailable, SluiceError
 from sluice.sink.target import Batch, Change, HeldWindowsLost, Target, TargetUnavailable
 
 
@@ -29,7 +29,7 @@ class Holding:
 
     keeps_checkpoint = True
 
-    def __init__(self, inner: Target, store: FileCheckpointStore, commit_rows: int) -> None:
+    def __init__(self, inner: Target, store: CheckpointStore, commit_rows: int) -> None:
         self.inner, self.store, self.commit_rows = inner, store, commit_rows
         self.kind, self.delivery = inner.kind, inner.delivery
         self.wants_bodies = inner.wants_bodies
@@ -75,7 +75,10 @@ class Holding:
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         if self.held or self._poisoned:
             return  # the next group writes a newer one
-        self.store.save(checkpoint)
+        try:
+            self.store.save(checkpoint)
+        except CoordinatorUnavailable as exc:  # a group's store: tried again next flush
+            raise TargetUnavailable(str(exc)) from exc
         self.committed = checkpoint
 
     async def deliver(self, batch: Batch) -> None:
@@ -94,8 +97,7 @@ class Holding:
             self._check(generation)
             await self.inner.deliver(batch)
             if batch.last and batch.checkpoint is not None:
-                self.store.save(batch.checkpoint)
-                self.committed = batch.checkpoint
+                self._save(batch.checkpoint)
 
     async def _settle(self) -> None:
         """Wait for the group in flight; its failure is raised here."""
@@ -132,11 +134,20 @@ class Holding:
                     self._poisoned = True  # a refusal: nothing after the group may be saved
                     raise
                 if group.checkpoint is not None:
-                    self.store.save(group.checkpoint)
-                    self.committed = group.checkpoint
+                    self._save(group.checkpoint)
                 self.groups += 1
         finally:
             self._committing -= held
+
+    def _save(self, checkpoint: Checkpoint) -> None:
+        """After the broker took the windows; a group's store that cannot be reached loses
+        them for this sink (read again from the checkpoint saved: the broker drops replays)."""
+        try:
+            self.store.save(checkpoint)
+        except CoordinatorUnavailable as exc:
+            self._poisoned = True
+            raise HeldWindowsLost(f"checkpoint not saved: {exc}") from exc
+        self.committed = checkpoint
 
     def _check(self, generation: int) -> None:
         if self._poisoned or generation != self._generation:

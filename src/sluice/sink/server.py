@@ -15,6 +15,7 @@ from aiohttp import web
 from sluice.client.transport import newest_scn
 from sluice.console import add_console
 from sluice.core.rates import CounterHistory
+from sluice.sink.group import GroupSink
 from sluice.sink.sink import Sink
 from sluice.web import errors_as_json, json_response, metrics_text, start_site
 
@@ -25,7 +26,7 @@ WATCH_S = 1.0
 class SinkServer:
     """``async with SinkServer(sink, host, port)``; ``port`` 0 picks a free one."""
 
-    def __init__(self, sink: Sink, host: str, port: int) -> None:
+    def __init__(self, sink: Sink | GroupSink, host: str, port: int) -> None:
         self.sink, self.host, self.port = sink, host, port
         self._runner: web.AppRunner | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -113,6 +114,12 @@ class SinkServer:
             problems.append(f"target down for {stats['target_down_s']} s: {stats['target_error']}")
         if self.watch_error:
             problems.append(f"watcher stopped: {self.watch_error}")
+        group = stats.get("group")
+        if group is not None:  # a group member that holds nothing, and why
+            if group["waiting"]:
+                problems.append(f"group {group['group']}: {group['waiting']}")
+            if group["coordinator_error"]:
+                problems.append(f"coordinator: {group['coordinator_error']}")
         body = {"status": "ok" if not problems else "unhealthy", "problems": problems}
         body.update({k: stats[k] for k in ("state", "checkpoint_scn", "lag_scn", "lag_s")})
         return json_response(200 if not problems else 503, body)
@@ -135,6 +142,7 @@ class SinkServer:
                 ("lag_seconds", "gauge", lag_s),
                 ("events_per_second", "gauge", s["events_per_s"]),
                 ("target_up", "gauge", int(s["target_up"])),
+                *_group_metrics(s.get("group")),
                 # the target's own counters (statements, published, duplicates, posts...)
                 *(
                     (f"target_{name}", "gauge", value)
@@ -146,7 +154,22 @@ class SinkServer:
         return web.Response(text=text, content_type="text/plain")
 
 
-async def run_sink(sink: Sink, *, until_caught_up: bool = False) -> int:
+def _group_metrics(group: dict[str, Any] | None) -> list[tuple[str, str, float]]:
+    if group is None:
+        return []
+    lags = [h["lag_scn"] or 0 for h in group["held"].values()]
+    return [
+        ("group_members", "gauge", len(group["members"])),
+        ("group_partitions", "gauge", group["partitions"]),
+        ("group_partitions_held", "gauge", len(group["held"])),
+        ("group_waiting", "gauge", int(bool(group["waiting"]))),
+        ("group_session_losses_total", "counter", group["session_losses"]),
+        ("group_rebalances_total", "counter", group["rebalances"]),
+        ("group_max_partition_lag_scn", "gauge", max(lags, default=0)),
+    ]
+
+
+async def run_sink(sink: Sink | GroupSink, *, until_caught_up: bool = False) -> int:
     """The sink with its HTTP server; returns the checkpoint's SCN."""
     async with SinkServer(sink, sink.config.host, sink.config.port) as server:
         log.info("sink %s: /stats on http://%s:%d", sink.config.name, server.host, server.port)

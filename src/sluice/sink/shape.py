@@ -254,7 +254,12 @@ class Shaper:
         if route is None:
             db, table = split_source(source)
             route = self.settings.route.format(
-                source=source, db=db, table=table, op=op, prefix=self._prefix
+                source=source,
+                db=db,
+                table=table,
+                op=op,
+                prefix=self._prefix,
+                partition=self.settings.partition,
             )
             self._routes[(source, op)] = route
         return route

@@ -22,11 +22,13 @@ from sluice.sink.columnar import JsonBodies
 from sluice.sink.expr import Expression, parse_filter
 
 Format = Literal["json", "debezium", "avro"]
-ROUTE_FIELDS = ("source", "db", "table", "op", "prefix")  # prefix: topic.prefix
+# prefix: topic.prefix; partition: the sink's key partition (a group's member: per partition)
+ROUTE_FIELDS = ("source", "db", "table", "op", "prefix", "partition")
 
 
 def check_template(template: str, what: str = "route") -> str:
-    """A routing template may use ``{source}``, ``{db}``, ``{table}``, ``{op}``."""
+    """A routing template may use ``{source}``, ``{db}``, ``{table}``, ``{op}``, ``{prefix}``,
+    ``{partition}``."""
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
     except ValueError as exc:
@@ -56,6 +58,7 @@ class ShapeSettings:
     connect_records: bool = False  # Debezium's key and value as objects (``Change.record``)
     filtered_as_deletes: bool = False  # table targets: a row leaving the filter is deleted
     columnar: bool = False  # table targets that decode whole windows (``Batch.columns``)
+    partition: int = 0  # ``{partition}`` in routes: the sink's key partition
     parsed: dict[str, Expression | None] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

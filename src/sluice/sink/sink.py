@@ -23,7 +23,7 @@ from sluice.client.consumer import RecordWindow
 from sluice.client.transport import RelayConnection
 from sluice.core.checkpoint import Checkpoint
 from sluice.core.names import check_relay_url
-from sluice.errors import ConfigError, RelayUnavailable, SluiceError
+from sluice.errors import ConfigError, Fenced, RelayUnavailable, SluiceError
 from sluice.sink.acks import Acks
 from sluice.sink.config import SinkConfig, redact
 from sluice.sink.holding import Holding
@@ -61,21 +61,33 @@ class TargetCheckpoints:
 class Sink:
     """``await sink.run()``: follow the relays and deliver until stopped."""
 
-    def __init__(self, config: SinkConfig) -> None:
+    def __init__(
+        self,
+        config: SinkConfig,
+        *,
+        checkpoints: CheckpointStore | None = None,
+        fence: tuple[int, int] | None = None,
+    ) -> None:
+        """``checkpoints`` and ``fence``: a group's partition (``group.py``): where its
+        checkpoint lives when the target keeps none, and the ``(epoch, partition)`` a
+        target that keeps it fences its commits with."""
         kind = target_kind(config.target_url)  # a bad scheme fails before anything starts
         for url in (*config.relays, *([config.bootstrap] if config.bootstrap else [])):
             check_relay_url(url)  # a bad URL is one line and exit 2, never retried
         self.config = config
         self.route = check_template(route_template(config))
         self.target: Target = open_target(config)
-        if self.target.keeps_checkpoint is False and config.checkpoint_dir is None:
+        self._checkpoints, self._fence = checkpoints, fence
+        if not self.target.keeps_checkpoint and config.checkpoint_dir is None and not checkpoints:
             raise ConfigError(
                 f"a {self.target.kind} target needs --checkpoint-dir: the sink keeps its "
                 "checkpoint there (database targets keep it in a table of their own)"
             )
         if getattr(self.target, "holds_windows", False):
-            assert config.checkpoint_dir is not None
-            store = FileCheckpointStore(config.checkpoint_dir, config.name)
+            store = checkpoints
+            if store is None:
+                assert config.checkpoint_dir is not None
+                store = FileCheckpointStore(config.checkpoint_dir, config.name)
             self.target = Holding(self.target, store, config.commit_rows)
         self.bodies = kind.bodies
         self._shape_settings({})  # bad filters, column patterns, formats: fail before starting
@@ -161,6 +173,7 @@ class Sink:
             bootstrap=c.bootstrap,
             name=c.name,
             console=self.console_url,
+            partition=c.partition,
             # a failing window is retried here (TargetUnavailable); the client's own retries
             # are for errors that may pass (a decode needing fresh schemas)
             retry=RetryPolicy(
@@ -193,11 +206,17 @@ class Sink:
             connect_records=connect,
             filtered_as_deletes=not self.bodies,
             columnar=getattr(self.target, "takes_columns", False),
+            partition=int(c.partition.split("/")[0]) if c.partition else 0,
         )
 
     async def _checkpoint_store(self) -> CheckpointStore:
+        fence = getattr(self.target, "fence", None)  # a replica's checkpoint row: fence.py
+        if self._fence is not None and fence is not None:
+            await self._until_up(lambda: fence(*self._fence))
         if self.target.keeps_checkpoint:
             return TargetCheckpoints(await self._until_up(self.target.load_checkpoint))
+        if self._checkpoints is not None:
+            return self._checkpoints
         assert self.config.checkpoint_dir is not None
         return FileCheckpointStore(self.config.checkpoint_dir, self.config.name)
 
@@ -425,8 +444,13 @@ class Sink:
             )  # fmt: skip
         self.target_down_since, self.target_error = None, None
 
-    def _refused(self, exc: SluiceError) -> SinkFailed:
+    def _refused(self, exc: SluiceError) -> SluiceError:
         """The target refused a batch for good: say so and stop."""
+        if isinstance(exc, Fenced):  # a group's partition moved on: its member stops it
+            self._fatal, self.error = exc, str(exc)
+            log.warning("sink %s: %s; stopping this partition", self.config.name, exc)
+            self.stop()
+            return exc
         self._fatal = SinkFailed(f"target {self.target.describe()} refused a batch: {exc}")
         self.error = str(self._fatal)
         log.error("%s; stopping", self._fatal)

@@ -95,6 +95,7 @@ def connect(url: DatabaseUrl, timeout_s: float) -> Any:
         conn.autocommit = False
         return conn
     import pymysql  # noqa: PLC0415
+    from pymysql.constants import CLIENT  # noqa: PLC0415
 
     return pymysql.connect(
         host=url.host,
@@ -108,6 +109,9 @@ def connect(url: DatabaseUrl, timeout_s: float) -> Any:
         read_timeout=int(timeout_s) * 4,
         write_timeout=int(timeout_s) * 4,
         init_command=_MARIADB_SESSION,
+        # an UPDATE's row count is the rows it matched, as PostgreSQL's and SQLite's are (a
+        # group's fenced checkpoint write tells "not ours" by it: fence.py)
+        client_flag=CLIENT.FOUND_ROWS,
     )
 
 

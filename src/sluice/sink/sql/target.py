@@ -25,6 +25,7 @@ from sluice.errors import ConfigError, SluiceError
 from sluice.schemas.arrow_decoder import ArrowDecoder
 from sluice.schemas.avro import TableSchema
 from sluice.sink.config import SinkConfig
+from sluice.sink.sql import fence
 from sluice.sink.sql.bulk import BulkKeyed, HeldColumns, bulk_steps
 from sluice.sink.sql.connect import DatabaseUrl, connect, is_down, parse_database_url, refusal
 from sluice.sink.sql.copy import copy_upsert
@@ -67,6 +68,7 @@ class SqlTarget:
         self.engine = self.url.engine
         self.kind = self.engine.name
         self.name = config.name
+        self.partition = config.partition  # a key partition I/N of the stream (a group's)
         self.timeout_s = config.timeout_s
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"sink-{self.kind}")
         # A held columnar group is decoded here (``bulk_steps``) while the group before it is
@@ -77,6 +79,7 @@ class SqlTarget:
         self._columns: dict[str, set[str]] = {}  # target table -> its columns (seen or made)
         self._converters: dict[tuple[str, int], tuple[list[str], list[Convert]]] = {}
         self.committed: Checkpoint | None = None
+        self._fence: tuple[int, int] | None = None  # a group's (epoch, partition): fence.py
         self._written: set[str] = set()  # tables this sink has written (cleared on re-snapshot)
         # On the target's thread: a big window's transaction, open between its pieces.
         self._open = False
@@ -132,6 +135,20 @@ class SqlTarget:
 
     async def load_checkpoint(self) -> Checkpoint | None:
         return await self._run(self._load)
+
+    async def fence(self, epoch: int, partition: int) -> None:
+        """A group member's partition: take its checkpoint row with ``epoch`` (before
+        ``load_checkpoint``); every commit from now on is refused once the epoch moved on."""
+        self._fence = (epoch, partition)
+
+        def take() -> None:
+            conn = self._connection()
+            self._begin(conn)
+            table = self._qualified(CHECKPOINT_TABLE)
+            fence.take(self.engine, conn.cursor(), table, self.name, epoch, partition)
+            conn.commit()
+
+        await self._run(take)
 
     async def save_checkpoint(self, checkpoint: Checkpoint) -> None:
         if self.held:
@@ -347,9 +364,10 @@ class SqlTarget:
         cur.execute(
             f"CREATE TABLE IF NOT EXISTS {self._qualified(CHECKPOINT_TABLE)} ("
             f"{q('name')} VARCHAR(190) NOT NULL PRIMARY KEY, {q('checkpoint')} TEXT NOT NULL, "
-            f"{q('tables')} TEXT NOT NULL)"
+            f"{q('tables')} TEXT NOT NULL, {q('epoch')} BIGINT NOT NULL DEFAULT 0)"
         )
         conn.commit()
+        fence.add_epoch_column(self.engine, conn, self._qualified(CHECKPOINT_TABLE))
 
     def _close(self) -> None:
         if self._conn is not None:
@@ -383,7 +401,7 @@ class SqlTarget:
         )
         row = cur.fetchone()
         self._conn.commit()
-        if row is None:
+        if row is None or row[0] == fence.NO_CHECKPOINT:
             return None
         where = f"the checkpoint row {self.name!r} in {self.describe()}"
         self.committed = decode_checkpoint(str(row[0]), where=where)
@@ -394,6 +412,10 @@ class SqlTarget:
         table = self._qualified(CHECKPOINT_TABLE)
         q, p = self.engine.quote, self.engine.param
         values = (self.name, encode_checkpoint(checkpoint), json.dumps(sorted(self._written)))
+        if self._fence is not None:
+            epoch, partition = self._fence
+            fence.write(self.engine, cur, table, self.name, epoch, partition, values[1:])
+            return
         cur.execute(f"DELETE FROM {table} WHERE {q('name')} = {p}", (self.name,))
         cur.execute(
             f"INSERT INTO {table} ({q('name')}, {q('checkpoint')}, {q('tables')}) "
@@ -485,6 +507,8 @@ class SqlTarget:
     # -- statements ---------------------------------------------------------------------------
     def _step(self, cur: Any, step: Step) -> None:
         engine = self.engine
+        if self.partition is not None and isinstance(step, Clear | KeylessChange):
+            raise ConfigError(_not_partitioned(step, self.partition))
         if isinstance(step, Clear):
             if step.table in self._columns or self._existing(cur, step.table) is not None:
                 self._execute(cur, engine.clear_sql(step.table), [()])
@@ -627,9 +651,14 @@ class SqlTarget:
             log.info("replica %s: %s", self.describe(), sql)
             try:
                 cur.execute(sql)
-            except Exception:
+            except Exception as exc:
                 self._columns.pop(table, None)  # look again next time
                 conn.rollback()
+                self._open = self._mid = False
+                if self._existing(conn.cursor(), table) is not None:
+                    conn.rollback()
+                    # another writer (a group's other partitions) made it at the same moment
+                    raise TargetUnavailable(f"{sql[:60]}... raced another writer: {exc}") from exc
                 raise
             self.ddl += 1
         if commit:
@@ -666,3 +695,17 @@ class SqlTarget:
 
 def _convert(converters: Sequence[Convert], image: Sequence[Any]) -> list[Any]:
     return [None if v is None else c(v) for c, v in zip(converters, image, strict=True)]
+
+
+def _not_partitioned(step: Clear | KeylessChange, partition: str) -> str:
+    """Why a replica fed by one key partition (a group's) stops at this step."""
+    if isinstance(step, Clear):
+        what = f"a truncate (or a snapshot starting over) of {step.table}"
+        why = "it would clear the other partitions' rows too"
+    else:
+        what = f"a change of {step.table}, a table without a primary key"
+        why = "its rows are not split by key, so their order across partitions is not kept"
+    return (
+        f"{what} reached key partition {partition}: a replica fed by a group cannot apply it "
+        f"yet ({why}); deliver that table with a sink of its own (--source), outside the group"
+    )
