@@ -195,6 +195,8 @@ class Membership:
         loop.call_soon_threadsafe(self._noted, state)
 
     def _noted(self, state: str) -> None:
+        if self._stopping:
+            return  # our own close
         if state == KazooState.LOST:
             self.session_losses += 1
             self._session = None  # our ephemeral nodes are gone: nothing is ours any more

@@ -156,6 +156,7 @@ class RedisTarget(CheckpointInAFile):
     keeps_checkpoint = False
     wants_bodies = True
     holds_windows = True  # a batch may hold many windows: see holding.py
+    single_writer = True  # a stream's rising IDs: one writer per stream (a group: {partition})
 
     def __init__(self, config: SinkConfig) -> None:
         self.url = parse_redis_url(config.target_url)

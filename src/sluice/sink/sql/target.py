@@ -360,13 +360,19 @@ class SqlTarget:
         cur = conn.cursor()
         if isinstance(self.engine, Postgres) and self.url.schema:
             cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.engine.quote(self.url.schema)}")
-        q = self.engine.quote
-        cur.execute(
-            f"CREATE TABLE IF NOT EXISTS {self._qualified(CHECKPOINT_TABLE)} ("
-            f"{q('name')} VARCHAR(190) NOT NULL PRIMARY KEY, {q('checkpoint')} TEXT NOT NULL, "
-            f"{q('tables')} TEXT NOT NULL, {q('epoch')} BIGINT NOT NULL DEFAULT 0)"
-        )
-        conn.commit()
+        q, table = self.engine.quote, self._qualified(CHECKPOINT_TABLE)
+        try:
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {table} ("
+                f"{q('name')} VARCHAR(190) NOT NULL PRIMARY KEY, {q('checkpoint')} TEXT NOT NULL, "
+                f"{q('tables')} TEXT NOT NULL, {q('epoch')} BIGINT NOT NULL DEFAULT 0)"
+            )
+            conn.commit()
+        except Exception:
+            conn.rollback()  # PostgreSQL: two sessions making it at once (a group's partitions)
+            if self._existing(conn.cursor(), table) is None:
+                raise
+            conn.rollback()
         fence.add_epoch_column(self.engine, conn, self._qualified(CHECKPOINT_TABLE))
 
     def _close(self) -> None:
