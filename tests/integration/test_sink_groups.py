@@ -38,7 +38,13 @@ from tests.integration.sink_support import (
     relay_events,
     workload,
 )
-from tests.integration.support import create_database, relay_config, run_sluice, wait_for
+from tests.integration.support import (
+    create_database,
+    get_json,
+    relay_config,
+    run_sluice,
+    wait_for,
+)
 
 SESSION_S = 4.0
 PARTITIONS = 8
@@ -202,6 +208,8 @@ def test_a_replica_group_through_kills_a_join_a_pause_and_a_coordinator_restart(
                 return len(rows) == PARTITIONS and all(s >= newest for s, _ in rows.values())
 
             wait_for(caught_up, 120, f"every partition's checkpoint to reach {newest}")
+            followers = {f["name"] for f in get_json(relay.url + "/stats")["followers"]}
+            assert {f"{group}.p{p}" for p in range(PARTITIONS)} <= followers, followers
         finally:
             stop.set()
             members.stop()
