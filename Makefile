@@ -120,6 +120,7 @@ lint:
 bench: setup
 	$(PYTHON) -m pip install -q -e '.[bench]'
 	$(PYTHON) -m benchmarks
+	$(PYTHON) -m benchmarks.groups
 
 demo: setup
 	sluice demo
