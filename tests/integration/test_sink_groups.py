@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import random
 import signal
 import threading
 import time
@@ -16,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pymysql
 import pytest
 import redis
 
@@ -25,11 +23,10 @@ from sluice.core.checkpoint import Online, decode_checkpoint
 from sluice.errors import Fenced
 from sluice.sink.config import SinkConfig
 from sluice.sink.sql.target import SqlTarget
-from sluice.testing import PrivateMariaDB, key_text, table_rows
+from sluice.testing import PrivateMariaDB, key_text
 from sluice.testing.brokers import PrivateRedis
 from sluice.testing.postgres import PrivatePostgres
 from sluice.testing.relays import RelayThread
-from sluice.testing.truth import pg_table_rows
 from sluice.testing.zookeeper import PrivateZooKeeper
 from tests.integration.sink_support import (
     SOURCE_TABLES,
@@ -45,45 +42,11 @@ from tests.integration.support import (
     run_sluice,
     wait_for,
 )
+from tests.integration.test_sink_replicas import Replica, assert_same_tables
 
 SESSION_S = 4.0
 PARTITIONS = 8
-TABLES = (
-    "orders (id INT PRIMARY KEY, status VARCHAR(20) NOT NULL, amount DECIMAL(10,2))",
-    "items (order_id INT, line INT, sku VARCHAR(30), PRIMARY KEY (order_id, line))",
-)
 _names = itertools.count(1)
-
-
-def keyed_workload(conn: pymysql.Connection[Any], stop: threading.Event, seed: int = 3) -> None:
-    """Inserts, updates, deletes and primary-key changes, and one ADD COLUMN, paced, until
-    ``stop``."""
-    rng, cur, next_id, t = random.Random(seed), conn.cursor(), 1, 0
-    while not stop.is_set():
-        t += 1
-        if t == 150:
-            cur.execute("ALTER TABLE orders ADD COLUMN note VARCHAR(20) NULL")
-            continue
-        for _ in range(rng.randint(1, 4)):
-            op = rng.random()
-            if op < 0.5 or next_id < 20:
-                cur.execute("INSERT INTO orders (id, status, amount) VALUES (%s, 'new', %s)",
-                            (next_id, rng.randint(0, 9999) / 100))  # fmt: skip
-                cur.execute("INSERT INTO items VALUES (%s, 1, %s)", (next_id, f"sku-{next_id}"))
-                next_id += 1
-            elif op < 0.75:
-                cur.execute("UPDATE orders SET status = 'paid', amount = amount + 1 WHERE id = %s",
-                            (rng.randint(1, next_id - 1),))  # fmt: skip
-            elif op < 0.9:
-                victim = rng.randint(1, next_id - 1)
-                cur.execute("DELETE FROM orders WHERE id = %s", (victim,))
-                cur.execute("DELETE FROM items WHERE order_id = %s", (victim,))
-            else:  # a primary-key change: the old key's partition loses it, the new one's gets it
-                old = rng.randint(1, next_id - 1)
-                cur.execute("UPDATE orders SET id = %s WHERE id = %s", (next_id, old))
-                next_id += 1
-        conn.commit()
-        time.sleep(0.01)
 
 
 class Members:
@@ -153,25 +116,29 @@ def test_a_replica_group_through_kills_a_join_a_pause_and_a_coordinator_restart(
     zookeeper_server: PrivateZooKeeper,
     tmp_path: Path,
 ) -> None:
+    """The workload has inserts, updates, deletes, key changes, a TRUNCATE, an ADD COLUMN and
+    a table without a key; the replica must equal the source, with no duplicate row."""
     db = f"grp_{next(_names)}"
-    conn = create_database(mariadb, db, *TABLES)
-    target = f"grp_replica_{next(_names)}"
-    admin = postgres.connect()
-    admin.autocommit = True
-    admin.cursor().execute(f"CREATE DATABASE {target}")
-    admin.close()
+    conn = create_database(mariadb, db, *SOURCE_TABLES)
+    replica = Replica("postgresql", tmp_path, mariadb, postgres)
     group = f"g{next(_names)}"
-    with RelayThread(
-        relay_config(mariadb, [f"{db}.orders", f"{db}.items"], tmp_path / "r")
-    ) as relay:
+    sources = [f"{db}.orders", f"{db}.items", f"{db}.audit"]
+    with RelayThread(relay_config(mariadb, sources, tmp_path / "r")) as relay:
         members = Members(
-            ["--to", f"postgresql://postgres@127.0.0.1:{postgres.port}/{target}",
-             "--relay", relay.url, "--group", group, "--coordinator", zookeeper_server.url(),
-             "--partitions", str(PARTITIONS), "--session-timeout", str(SESSION_S)],
+            ["--to", replica.url, "--relay", relay.url, "--group", group,
+             "--coordinator", zookeeper_server.url(), "--partitions", str(PARTITIONS),
+             "--session-timeout", str(SESSION_S)],
             tmp_path,
         )  # fmt: skip
-        stop = threading.Event()
-        worker = threading.Thread(target=keyed_workload, args=(conn, stop), daemon=True)
+        failures: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                workload(conn, 1500, pace_s=0.01)
+            except BaseException as exc:  # reported by the test's thread
+                failures.append(exc)
+
+        worker = threading.Thread(target=work, daemon=True)
         try:
             a, b, c = members.add(), members.add(), members.add()
             wait_all_held(members, [a, b, c], 60)
@@ -199,35 +166,26 @@ def test_a_replica_group_through_kills_a_join_a_pause_and_a_coordinator_restart(
             zookeeper_server.kill()
             zookeeper_server.restart()
             wait_for(lambda: len(members.held([b, c, d])) == PARTITIONS, 60, "after ZooKeeper")
-            stop.set()
-            worker.join(60)
+            worker.join(300)
+            assert not failures, failures
             newest = newest_window(relay.url, conn)
 
             def caught_up() -> bool:
-                rows = pg_checkpoints(postgres, target, group)
+                rows = pg_checkpoints(postgres, replica.name, group)
                 return len(rows) == PARTITIONS and all(s >= newest for s, _ in rows.values())
 
             wait_for(caught_up, 120, f"every partition's checkpoint to reach {newest}")
             followers = {f["name"] for f in get_json(relay.url + "/stats")["followers"]}
             assert {f"{group}.p{p}" for p in range(PARTITIONS)} <= followers, followers
         finally:
-            stop.set()
             members.stop()
-    # the replica equals the source, and the paused member wrote nothing after its pause
-    pg = postgres.connect(target)
-    try:
-        for table in ("orders", "items"):
-            conn.commit()
-            truth = table_rows(conn, f"{db}.{table}")
-            mine = pg_table_rows(pg, f"public.{table}")
-            assert set(mine) == set(truth), f"{table}: {set(truth) ^ set(mine)}"
-            assert mine == truth
-    finally:
-        pg.close()
+    # the replica equals the source (the keyless table without a duplicate row), and the
+    # paused member wrote nothing after its pause (it would show as a difference)
+    assert_same_tables(conn, db, replica)
     logs = "".join(m.log_path.read_text() for m in members.all)
     assert "session expired" in (tmp_path / "member1.log").read_text()
     assert "Traceback" not in logs
-    epochs = [epoch for _, epoch in pg_checkpoints(postgres, target, group).values()]
+    epochs = [epoch for _, epoch in pg_checkpoints(postgres, replica.name, group).values()]
     assert max(epochs) >= 2  # partitions changed hands (each take raised its epoch)
     print(f"partitions resumed {moved:.1f} s after the SIGKILL")
 
@@ -246,7 +204,13 @@ def _redis_events(url: str, prefix: str) -> Counter[tuple[int, str, str, str]]:
         client.close()
 
 
+def _text(browser: Any, css: str) -> str:
+    script = "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''"
+    return str(browser.execute_script(script, css)).strip()
+
+
 def test_a_redis_group_delivers_every_event_once_through_a_sigkill(
+    browser: Any,
     mariadb: PrivateMariaDB,
     redis_server: PrivateRedis,
     zookeeper_server: PrivateZooKeeper,
@@ -285,6 +249,17 @@ def test_a_redis_group_delivers_every_event_once_through_a_sigkill(
 
             wait_for(caught_up, 120, f"every partition to reach {newest}")
             events = relay_events(relay.url)
+            # the member's console shows the group and the partitions it holds
+            browser.get(b.url + "/ui")
+            wait_for(lambda: _text(browser, "#group-name") == group, 30, "the group on the page")
+            shown = (b.stats() or {})["group"]
+            held = len(shown["held"])
+            assert _text(browser, "#group-held") == f"{held} of 4"
+            rows = browser.execute_script(
+                "return document.querySelectorAll('#group-partitions tr[data-partition]').length"
+            )
+            assert rows == held
+            assert shown["member"] in _text(browser, "#group-members")
         finally:
             members.stop()
     expected: Counter[tuple[int, str, str, str]] = Counter()

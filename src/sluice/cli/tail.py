@@ -17,6 +17,7 @@ from sluice.cli.progress import ProgressDisplay, Sample, terminal_bar
 from sluice.client import AsyncClient, ClientConfig, FileCheckpointStore, RetryPolicy
 from sluice.client.checkpoints import CheckpointStore, MemoryCheckpointStore
 from sluice.client.transport import newest_scn
+from sluice.cluster import AsyncGroupClient, GroupSettings, parse_coordinator_url
 from sluice.core.event import JsonWindow
 from sluice.core.names import canonical_source
 from sluice.core.requests import DEBEZIUM_OPTIONS
@@ -80,6 +81,24 @@ def add_parser(sub: Any) -> None:
         "topic.prefix=NAME); repeat",
     )
     p.add_argument(
+        "--group",
+        metavar="NAME",
+        help="share the stream's partitions with the other members of this group (with "
+        "--coordinator and --partitions); checkpoints per partition in ZooKeeper",
+    )
+    p.add_argument(
+        "--coordinator", metavar="zk://HOST:PORT[,...]/PATH", help="the group's ZooKeeper"
+    )
+    p.add_argument("--partitions", type=int, metavar="N", help="the group's key partitions")
+    p.add_argument("--quorum", type=int, default=1, metavar="Q", help="members before any reads")
+    p.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a member silent this long is dead and its partitions move (default 10)",
+    )
+    p.add_argument(
         "--give-up-after",
         type=float,
         default=300.0,
@@ -109,6 +128,8 @@ class JsonLinesConsumer:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.group or args.coordinator or args.partitions:
+        return _run_group(args)
     store: CheckpointStore = (
         FileCheckpointStore(args.checkpoint_dir, args.name)
         if args.checkpoint_dir
@@ -144,6 +165,43 @@ def _debezium_options(args: argparse.Namespace) -> tuple[tuple[str, str], ...]:
             )
         options.append((key, value))
     return tuple(options)
+
+
+def _run_group(args: argparse.Namespace) -> int:
+    """``--group``: this process is one member; its partitions' checkpoints live in ZooKeeper."""
+    if not (args.group and args.coordinator and args.partitions):
+        raise ConfigError("a group needs --group NAME, --coordinator zk://HOST:PORT/PATH and "
+                          "--partitions N together")  # fmt: skip
+    for flag, given in (("--partition", args.partition), ("--checkpoint-dir", args.checkpoint_dir),
+                        ("--until-caught-up", args.until_caught_up)):  # fmt: skip
+        if given:
+            raise ConfigError(f"{flag} is for one tail; a --group deals partitions and keeps "
+                              "their checkpoints in ZooKeeper")  # fmt: skip
+    settings = GroupSettings(
+        parse_coordinator_url(args.coordinator),
+        args.group,
+        args.partitions,
+        args.quorum,
+        args.session_timeout,
+    )
+    config = ClientConfig(
+        relays=tuple(args.relay),
+        sources=tuple(canonical_source(s) for s in args.sources or ()),
+        since_scn=args.since_scn,
+        bootstrap=args.bootstrap,
+        retry=RetryPolicy(give_up_after_s=args.give_up_after),
+        debezium=_debezium_options(args) if args.format == "debezium" else None,
+        name=args.group,
+    )
+
+    async def main() -> int:
+        client = AsyncGroupClient(config, JsonLinesConsumer(sys.stdout), settings)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, client.stop)
+        return await client.run()
+
+    return asyncio.run(main())
 
 
 async def _run(client: AsyncClient) -> int:

@@ -5,11 +5,14 @@ caller's (``PartitionWork``): the sink group and the cluster client."""
 
 from sluice.cluster.assign import assign
 from sluice.cluster.checkpoints import ZkCheckpointStore
+from sluice.cluster.client import AsyncGroupClient, GroupClient
 from sluice.cluster.membership import GroupSettings, Membership, PartitionWork
 from sluice.cluster.url import CoordinatorUrl, parse_coordinator_url
 
 __all__ = [
+    "AsyncGroupClient",
     "CoordinatorUrl",
+    "GroupClient",
     "GroupSettings",
     "Membership",
     "PartitionWork",

@@ -52,6 +52,11 @@ _EXTERNAL_LEN = struct.Struct("<Q")
 _LEN_AT = struct.Struct("<4sI")
 WINDOW_HEADER_SIZE = _WINDOW_HEADER.size
 EVENT_HEADER_SIZE = EVENT_HEADER.size
+# The key hash of a change of a table without a primary key: crc32 of the empty key text (0),
+# as the seeds hash such rows. So every change of a keyless table is in partition 0 of any
+# ``partition=i/n``: an insert and the later delete of the same row stay in one partition, in
+# order (hashing the payload, as capture once did, sent them to different ones).
+KEYLESS_HASH = 0
 HEARTBEAT_SIZE = _HEARTBEAT.size
 _CRC_AT = WINDOW_HEADER_SIZE - 4
 

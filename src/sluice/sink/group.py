@@ -145,6 +145,7 @@ class GroupSink:
         self.stop()
 
     async def flush(self) -> None:
+        """Each partition's (a failure there stops that partition's sink, not this loop)."""
         for sink in list(self.sinks.values()):
             await sink.flush()
 

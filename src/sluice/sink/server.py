@@ -52,7 +52,8 @@ class SinkServer:
     async def stop(self) -> None:
         if self._watcher is not None:
             self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # a watcher that failed was reported when it did (``_watch_ended``)
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._watcher
             self._watcher = None
         if self._runner is not None:

@@ -391,6 +391,9 @@ class Sink:
             except TargetUnavailable as exc:  # tried again next second; shown meanwhile
                 self._unreachable(exc)
                 return
+            except SluiceError as exc:  # a refusal (a group's partition fenced off): stop
+                self._refused(exc)
+                return
             if store.pending == pending:
                 store.pending = None
 

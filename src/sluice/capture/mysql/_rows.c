@@ -708,16 +708,8 @@ static int add_event(Program *self, PyObject *list, int op, const Buf *key, int 
     for (int i = 0; i < nparts; i++) payload += lens[i];
     uint32_t hash;
     scratch->len = 0;
-    if (has_key) {
-        hash = crc32_of((const uint8_t *)key->p, key->len);
-    } else {
-        if (buf_reserve(scratch, payload) < 0) return -1;
-        for (int i = 0; i < nparts; i++) {
-            memcpy(scratch->p + scratch->len, parts[i], lens[i]);
-            scratch->len += lens[i];
-        }
-        hash = crc32_of((const uint8_t *)scratch->p, scratch->len);
-    }
+    /* a table without a key: wire.KEYLESS_HASH (crc32 of the empty key text) */
+    hash = has_key ? crc32_of((const uint8_t *)key->p, key->len) : 0;
     Py_ssize_t size = HEADER_SIZE + self->source_len + payload;
     PyObject *event = PyBytes_FromStringAndSize(NULL, size);
     if (!event) return -1;

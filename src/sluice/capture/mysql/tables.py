@@ -220,7 +220,7 @@ class TableDecoder:
         return out
 
     def _event(self, op: int, key: bytes | None, payload: bytes) -> bytes:
-        hashed = crc32(key if key is not None else payload)
+        hashed = crc32(key) if key is not None else wire.KEYLESS_HASH
         size = wire.EVENT_HEADER_SIZE + len(self._source) + len(payload)
         head = wire.EVENT_HEADER.pack(size, hashed, op, len(self._source), self.version)
         return b"".join((head, self._source, payload))
@@ -262,7 +262,7 @@ class TableDecoder:
         row = after if after is not None else before
         assert row is not None
         key = self.codec.key_text(row)
-        hashed = crc32(key.encode() if key is not None else payload)
+        hashed = crc32(key.encode()) if key is not None else wire.KEYLESS_HASH
         return wire.encode_event(wire.RawEvent(self.source, op, self.version, hashed, payload))
 
 

@@ -422,7 +422,7 @@ def build_transcoder(
         [
             "r = b''.join((PARTS))",
             f"k = {key_bytes}",
-            "h = _crc(k) if k is not None else _crc(b'\\0\\2' + r)",
+            "h = _crc(k) if k is not None else 0",  # KEYLESS_HASH
             f"add(b''.join((_pack({fixed} + len(r), h, {ord('c')}, {len(source)}, {version}), "
             "_SRC, b'\\0\\2', r)))",
         ],

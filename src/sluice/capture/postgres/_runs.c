@@ -533,8 +533,8 @@ static PyObject *frame(Program *self, int op, const Buf *key, const char *const 
         memcpy(at, parts[i], lens[i]);
         at += lens[i];
     }
-    uint32_t hash = self->nkeys ? crc32_of((const uint8_t *)key->p, key->len)
-                                : crc32_of(body, payload);
+    /* a table without a key: wire.KEYLESS_HASH (crc32 of the empty key text) */
+    uint32_t hash = self->nkeys ? crc32_of((const uint8_t *)key->p, key->len) : 0;
     uint32_t s32 = (uint32_t)size;
     for (int i = 0; i < 4; i++) w[i] = (uint8_t)(s32 >> (8 * i));
     for (int i = 0; i < 4; i++) w[4 + i] = (uint8_t)(hash >> (8 * i));

@@ -108,7 +108,7 @@ class PgTable:
         return b"".join((_EVENT_HEADER(size, 0, OP_T, len(self.name), self.version), self.name))
 
     def _frame(self, op: int, payload: bytes, key: str | None) -> bytes:
-        hashed = crc32(key.encode() if key is not None else payload)
+        hashed = crc32(key.encode()) if key is not None else wire.KEYLESS_HASH
         size = _EVENT_FIXED + len(self.name) + len(payload)
         return b"".join(
             (_EVENT_HEADER(size, hashed, op, len(self.name), self.version), self.name, payload)
@@ -153,7 +153,7 @@ class PgTable:
     def event(self, op: int, before: list[Any] | None, after: list[Any] | None) -> bytes:
         payload = self._encode(before, after)
         key = self._key(after if after is not None else before or [])
-        hashed = crc32(key.encode() if key is not None else payload)
+        hashed = crc32(key.encode()) if key is not None else wire.KEYLESS_HASH
         size = _EVENT_FIXED + len(self.name) + len(payload)
         head = _EVENT_HEADER(size, hashed, op, len(self.name), self.version)
         return b"".join((head, self.name, payload))

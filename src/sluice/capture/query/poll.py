@@ -299,7 +299,7 @@ class TablePoller:
             op, before, after = "d", row, None
         payload = codec.encode(before, after)
         key = codec.key_text(row)
-        hashed = crc32(key.encode() if key is not None else payload)
+        hashed = crc32(key.encode()) if key is not None else wire.KEYLESS_HASH
         return wire.encode_event(wire.RawEvent(schema.source, op, schema.version, hashed, payload))
 
     def _advance(self, position: dict[str, Any], extra: Sequence[Any]) -> bool:

@@ -381,7 +381,36 @@ function sinkPage(s) {
     ])),
     section("Target counters", "target-stats", true,
       el("table", {}, Object.entries(ts).map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", {}, typeof v === "number" ? num(v) : JSON.stringify(v)))))),
+    ...(s.group ? [groupSection(s.group)] : []),
   ];
+}
+
+// A group member (--group): the group, its members, and the partitions held here.
+function groupSection(g) {
+  const held = Object.entries(g.held || {});
+  const members = el("ul", { id: "group-members" }, (g.members || []).map((m) =>
+    el("li", { "data-member": m.id, class: m.id === g.member ? "ok" : null },
+      `${m.id}${m.id === g.member ? " (this one)" : ""} on ${m.host || "?"}, pid ${m.pid ?? "?"}`)));
+  const head = el("tr", {}, ["partition", "epoch", "state", "checkpoint SCN", "lag", "events"].map((h) => el("th", {}, h)));
+  const rows = held.map(([p, h]) => el("tr", { "data-partition": p },
+    el("td", {}, p), el("td", {}, num(h.epoch)),
+    el("td", { class: h.state === "failed" || !h.target_up ? "error" : "" }, h.state),
+    el("td", {}, num(h.checkpoint_scn)),
+    el("td", {}, `${num(h.lag_scn)} SCN, ${h.lag_s === null ? "–" : duration(h.lag_s)}`),
+    el("td", {}, num(h.events))));
+  return section("Group", "group", true,
+    facts([
+      ["group", g.group, "group-name"],
+      ["coordinator", `${g.coordinator} (${g.coordinator_state})`],
+      ["this member", g.member || "joining", "group-member"],
+      ["partitions here", `${held.length} of ${g.partitions}`, "group-held"],
+      ["quorum", `${(g.members || []).length} members, quorum ${g.quorum}`],
+      ["waiting", g.waiting ? el("span", { class: "error" }, g.waiting) : "no", "group-waiting"],
+      ["session losses / rebalances", `${num(g.session_losses)} / ${num(g.rebalances)}`],
+      ["coordinator problem", g.coordinator_error || "none"],
+    ]),
+    members,
+    held.length ? el("table", { id: "group-partitions" }, head, rows) : el("p", { class: "muted" }, "No partition held here."));
 }
 
 poll();

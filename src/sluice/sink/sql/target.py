@@ -30,6 +30,7 @@ from sluice.sink.sql.bulk import BulkKeyed, HeldColumns, bulk_steps
 from sluice.sink.sql.connect import DatabaseUrl, connect, is_down, parse_database_url, refusal
 from sluice.sink.sql.copy import copy_upsert
 from sluice.sink.sql.engines import Convert, MariaDB, Postgres, Sqlite
+from sluice.sink.sql.partition import clear_partition
 from sluice.sink.sql.plan import Clear, KeyedChanges, KeylessChange, Step, plan
 from sluice.sink.target import Batch, Change, Delivery, HeldWindowsLost, TargetUnavailable
 
@@ -77,6 +78,7 @@ class SqlTarget:
         self._prep = ThreadPoolExecutor(1, thread_name_prefix=f"sink-{self.kind}-prep")
         self._conn: Any = None
         self._columns: dict[str, set[str]] = {}  # target table -> its columns (seen or made)
+        self._keys: dict[str, list[tuple[str, str]]] = {}  # table -> its key (name, kind)
         self._converters: dict[tuple[str, int], tuple[list[str], list[Convert]]] = {}
         self.committed: Checkpoint | None = None
         self._fence: tuple[int, int] | None = None  # a group's (epoch, partition): fence.py
@@ -513,8 +515,12 @@ class SqlTarget:
     # -- statements ---------------------------------------------------------------------------
     def _step(self, cur: Any, step: Step) -> None:
         engine = self.engine
-        if self.partition is not None and isinstance(step, Clear | KeylessChange):
-            raise ConfigError(_not_partitioned(step, self.partition))
+        if isinstance(step, Clear) and self.partition is not None:  # a group's partition
+            index, count = (int(x) for x in self.partition.split("/"))
+            if step.table in self._columns or self._existing(cur, step.table) is not None:
+                keys = self._keys.get(step.table)
+                clear_partition(engine, cur, step.table, keys, (index, count))
+            return
         if isinstance(step, Clear):
             if step.table in self._columns or self._existing(cur, step.table) is not None:
                 self._execute(cur, engine.clear_sql(step.table), [()])
@@ -636,6 +642,8 @@ class SqlTarget:
                 continue
             seen.add((change.source, schema.version))
             table = self._qualified(change.route)
+            kinds = {c.name: c.kind for c in schema.columns}
+            self._keys[table] = [(name, kinds[name]) for name in sorted(schema.primary_key)]
             columns = self._columns.get(table)
             if columns is None:
                 columns = self._existing(conn.cursor(), table)
@@ -702,16 +710,3 @@ class SqlTarget:
 def _convert(converters: Sequence[Convert], image: Sequence[Any]) -> list[Any]:
     return [None if v is None else c(v) for c, v in zip(converters, image, strict=True)]
 
-
-def _not_partitioned(step: Clear | KeylessChange, partition: str) -> str:
-    """Why a replica fed by one key partition (a group's) stops at this step."""
-    if isinstance(step, Clear):
-        what = f"a truncate (or a snapshot starting over) of {step.table}"
-        why = "it would clear the other partitions' rows too"
-    else:
-        what = f"a change of {step.table}, a table without a primary key"
-        why = "its rows are not split by key, so their order across partitions is not kept"
-    return (
-        f"{what} reached key partition {partition}: a replica fed by a group cannot apply it "
-        f"yet ({why}); deliver that table with a sink of its own (--source), outside the group"
-    )
