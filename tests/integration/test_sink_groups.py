@@ -38,6 +38,7 @@ from tests.integration.sink_support import (
 from tests.integration.support import (
     create_database,
     get_json,
+    http_status,
     relay_config,
     run_sluice,
     wait_for,
@@ -383,3 +384,30 @@ def test_bad_group_settings_get_one_line_and_exit_2(
         assert f"group {group} at" in result.stderr and "has 4 partitions, not 8" in result.stderr
     finally:
         member.stop()
+
+
+def test_a_group_below_its_quorum_holds_nothing_and_says_so(
+    zookeeper_server: PrivateZooKeeper, tmp_path: Path
+) -> None:
+    group = f"q{next(_names)}"
+    args = ["--to", f"sqlite:///{tmp_path / 'q.db'}", "--relay", "http://127.0.0.1:9",
+            "--group", group, "--coordinator", zookeeper_server.url(), "--partitions", "4",
+            "--quorum", "2", "--session-timeout", "2"]  # fmt: skip
+    members = Members(args, tmp_path)
+    try:
+        first = members.add()
+
+        def waiting() -> str:
+            return str(((first.stats() or {}).get("group") or {}).get("waiting"))
+
+        wait_for(lambda: "members" in waiting(), 60, "the first member to wait")
+        status, body = http_status(first.url + "/healthz")
+        assert status == 503 and "1 of 2 members (the quorum)" in str(body), body
+        stats = first.stats() or {}
+        assert stats["group"]["held"] == {} and "1 of 2 members" in stats["group"]["waiting"]
+        assert "quorum" in first.log_path.read_text()
+        second = members.add()
+        wait_all_held(members, [first, second], 60, 4)
+        assert (first.stats() or {})["group"]["waiting"] is None
+    finally:
+        members.stop()
