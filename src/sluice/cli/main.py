@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from sluice.cli import bootstrap, demo, lake, registry, relay, schema, sink, tail
+from sluice.cli import bootstrap, demo, lake, registry, relay, schema, sink, state, tail
 from sluice.cli.common import apply_password_file
 from sluice.errors import ConfigError, Interrupted, SluiceError
 
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_parser(sub)
     bootstrap.add_parser(sub)
     lake.add_parser(sub)
+    state.add_parser(sub)
     demo.add_parser(sub)
     entry = sub.add_parser(
         "spark-entry",

@@ -148,7 +148,7 @@ function reachable(stats, health) {
   document.title = `${stats.name || stats.role} · Sluice console`;
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString("sv-SE")}`;
   const main = document.getElementById("main");
-  const render = { relay: relayPage, bootstrap: bootstrapPage, sink: sinkPage }[stats.role];
+  const render = { relay: relayPage, bootstrap: bootstrapPage, sink: sinkPage, state: statePage }[stats.role];
   main.dataset.role = stats.role || "";
   main.replaceChildren(...(render ? render(stats, health.body || {}) : [section("Stats", "raw", true, el("pre", {}, JSON.stringify(stats, null, 2)))]));
   for (const b of main.querySelectorAll(".bar > div")) b.style.width = `${b.dataset.w}%`;
@@ -382,6 +382,32 @@ function sinkPage(s) {
     section("Target counters", "target-stats", true,
       el("table", {}, Object.entries(ts).map(([k, v]) => el("tr", {}, el("td", {}, k), el("td", {}, typeof v === "number" ? num(v) : JSON.stringify(v)))))),
     ...(s.group ? [groupSection(s.group)] : []),
+  ];
+}
+
+// -- state (sluice state serve) -------------------------------------------------------------
+function statePage(s) {
+  const keys = Object.entries(s.keys || {});
+  return [
+    section("Store", "store", false, facts([
+      ["store", s.store],
+      ["phase", el("span", { class: s.store_scn === null ? "error" : "ok" }, s.store_scn === null ? `restoring (${s.phase})` : s.phase), "state-phase"],
+      ["store SCN", el("span", { class: "big" }, num(s.store_scn)), "store-scn"],
+      ["relays", relayLinks(s.relays)],
+      ["error", s.error || "none"],
+    ])),
+    section("Lookups", "lookups", false, facts([
+      ["lookups", num(s.lookups)],
+      ["misses", num(s.misses)],
+      ["waits timed out", num(s.waits_timed_out)],
+      ["windows applied", num(s.windows)],
+      ["changes applied", num(s.changes)],
+    ])),
+    section("Tables", "state-tables", true,
+      el("table", { id: "state-table" },
+        el("tr", {}, el("th", {}, "table"), el("th", {}, "keys")),
+        keys.map(([t, n]) => el("tr", { "data-table": t }, el("td", {}, el("code", {}, t)), el("td", {}, num(n))))),
+      (s.keyless_skipped || []).length ? el("p", { class: "muted" }, `Not kept (no primary key): ${s.keyless_skipped.join(", ")}`) : null),
   ];
 }
 

@@ -1,0 +1,81 @@
+"""``sluice state serve``: each key's current row, kept from the relays, answered over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from pathlib import Path
+from typing import Any
+
+from sluice.cli.common import scn_arg
+from sluice.core.names import canonical_source
+from sluice.core.process import long_lived
+from sluice.errors import ConfigError
+from sluice.state import StateConfig, StateServer, StateService
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("state", help="current state by key, from the relays")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="serve")
+    s = verbs.add_parser(
+        "serve",
+        help="keep each key's current row and answer GET /state/DB.TABLE?COLUMN=VALUE",
+        description="Follow relays for the chosen tables and keep each key's current row in a "
+        "SQLite file (--store), window by window with its checkpoint; answer lookups over HTTP.",
+    )
+    s.add_argument("--relay", action="append", required=True, metavar="URL", help="relay URL")
+    s.add_argument("--source", action="append", dest="sources", metavar="DB.TABLE",
+                   help="only these sources (repeat; default all)")  # fmt: skip
+    s.add_argument("--store", type=Path, required=True, metavar="FILE",
+                   help="the SQLite file the state lives in (made when missing)")  # fmt: skip
+    s.add_argument("--bootstrap", metavar="URL",
+                   help="bootstrap server: a new store restores from its snapshot")  # fmt: skip
+    s.add_argument("--since-scn", type=scn_arg,
+                   help="a new store without --bootstrap starts after this SCN")  # fmt: skip
+    s.add_argument("--name", default="state", help="the name relays list it by")
+    s.add_argument("--host", default="127.0.0.1", help="serve on this address")
+    s.add_argument("--port", type=int, default=7072, help="... and port (default 7072; 0: any)")
+    s.add_argument("--give-up-after", type=float, metavar="SECONDS",
+                   help="exit 1 when no relay answered for this long (default: never)")  # fmt: skip
+    s.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.store.is_dir():
+        raise ConfigError(f"--store {args.store} is a directory; name the SQLite file")
+    config = StateConfig(
+        relays=tuple(args.relay),
+        store=args.store,
+        sources=tuple(canonical_source(s) for s in args.sources or ()),
+        bootstrap=args.bootstrap,
+        since_scn=args.since_scn,
+        name=args.name,
+        host=args.host,
+        port=args.port,
+        give_up_after_s=args.give_up_after,
+    )
+    service = StateService(config)
+    long_lived()
+    return asyncio.run(_serve(service))
+
+
+async def _serve(service: StateService) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    c = service.config
+    async with StateServer(service, c.host, c.port) as server, service:
+        log.info("state %s: lookups on http://%s:%d/state/", c.name, server.host, server.port)
+        done = service.done
+        assert done is not None
+        waiter = asyncio.create_task(stop.wait())
+        await asyncio.wait((waiter, done), return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if done.done() and not done.cancelled() and done.exception() is not None:
+            raise done.exception()  # type: ignore[misc]
+    return 0

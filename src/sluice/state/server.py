@@ -1,0 +1,196 @@
+"""The state service's HTTP face.
+
+- ``GET /state/{db.table}?COL=VALUE[&COL2=VALUE2][&min_scn=N&timeout_ms=T]``: the key's
+  current row ``{"source", "key", "row", "scn", "ts_ms", "store_scn"}`` (``scn``/``ts_ms``: the
+  window that wrote it; ``store_scn``: what the whole store reflects); 404 with ``store_scn``
+  when the key has no row; ``min_scn`` waits (up to ``timeout_ms``, default 5000) until the
+  store reflects SCN N first, else 504 saying where it stands (read your writes).
+- ``POST /state/{db.table}`` with ``{"keys": [{COL: VALUE...}, ...], "min_scn": N,
+  "timeout_ms": T}``: ``{"rows": [row or null, ...], "store_scn"}`` in the keys' order.
+- ``/healthz``, ``/stats``, ``/metrics``, and the console at ``/ui``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+
+from sluice.console import add_console
+from sluice.core.requests import HttpProblem
+from sluice.state.service import StateService
+from sluice.state.store import key_text
+from sluice.web import errors_as_json, json_response, metrics_text, start_site
+
+log = logging.getLogger(__name__)
+WAIT_MS = 5000
+MAX_WAIT_MS = 300_000
+MAX_KEYS = 10_000
+
+
+class StateServer:
+    """``async with StateServer(service, host, port)``; ``port`` 0 picks a free one."""
+
+    def __init__(self, service: StateService, host: str, port: int) -> None:
+        self.service, self.host, self.port = service, host, port
+        self._runner: web.AppRunner | None = None
+        self.lookups = self.misses = self.waits_timed_out = 0
+
+    async def start(self) -> StateServer:
+        app = web.Application(middlewares=[errors_as_json])
+        app.router.add_get("/state/{source}", self.get)
+        app.router.add_post("/state/{source}", self.multi_get)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/stats", self.stats)
+        app.router.add_get("/metrics", self.metrics)
+        add_console(app)
+        self._runner = web.AppRunner(app, access_log=None)
+        self.port = await start_site(self._runner, self.host, self.port)
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> StateServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- lookups -------------------------------------------------------------------------------
+    async def get(self, request: web.Request) -> web.Response:
+        source = self._source(request)
+        query = dict(request.query)
+        await self._wait(query.pop("min_scn", None), query.pop("timeout_ms", None))
+        key = self._key(source, query)
+        return self._answer(source, key)
+
+    async def multi_get(self, request: web.Request) -> web.Response:
+        source = self._source(request)
+        try:
+            body = await request.json()
+        except (ValueError, UnicodeDecodeError):
+            raise HttpProblem(400, "the body must be JSON: {\"keys\": [{...}, ...]}") from None
+        keys = body.get("keys") if isinstance(body, dict) else None
+        if not isinstance(keys, list) or not all(isinstance(k, dict) for k in keys):
+            raise HttpProblem(400, "the body must be {\"keys\": [{COLUMN: VALUE, ...}, ...]}")
+        if len(keys) > MAX_KEYS:
+            raise HttpProblem(400, f"at most {MAX_KEYS} keys per request, got {len(keys)}")
+        min_scn, timeout = body.get("min_scn"), body.get("timeout_ms")
+        await self._wait(None if min_scn is None else str(min_scn),
+                         None if timeout is None else str(timeout))  # fmt: skip
+        reader, rows = self.service.reader, []
+        for key in keys:
+            self._check_columns(source, key)
+            found = reader.get(source, key_text(key))
+            self.lookups += 1
+            rows.append(None if found is None else found.row)
+        return json_response(200, {"rows": rows, "store_scn": self.service.store_scn})
+
+    def _answer(self, source: str, key: dict[str, Any]) -> web.Response:
+        self.lookups += 1
+        found = self.service.reader.get(source, key_text(key))
+        store_scn = self.service.store_scn
+        if found is None:
+            self.misses += 1
+            return json_response(404, {"error": f"{source} has no row with key {key_text(key)}",
+                                       "key": key, "store_scn": store_scn})  # fmt: skip
+        return json_response(200, {"source": source, "key": key, "row": found.row,
+                                   "scn": found.scn, "ts_ms": found.ts_ms,
+                                   "store_scn": store_scn})  # fmt: skip
+
+    def _source(self, request: web.Request) -> str:
+        source = request.match_info["source"]
+        followed = self.service.config.sources
+        if followed and source not in followed:
+            raise HttpProblem(404, f"this store does not follow {source!r}; it follows: "
+                              + ", ".join(followed))  # fmt: skip
+        return source
+
+    def _key(self, source: str, query: dict[str, str]) -> dict[str, Any]:
+        """The key from query parameters, typed as the source's key columns are."""
+        if not query:
+            raise HttpProblem(400, f"name the key: /state/{source}?COLUMN=VALUE[&COLUMN=VALUE]")
+        types = self.service.reader.key_columns(source) or {}
+        key = {name: _typed(value, types.get(name)) for name, value in query.items()}
+        self._check_columns(source, key)
+        return key
+
+    def _check_columns(self, source: str, key: dict[str, Any]) -> None:
+        types = self.service.reader.key_columns(source)
+        if types is not None and set(key) != set(types):
+            raise HttpProblem(400, f"{source}'s key is {', '.join(sorted(types))}; "
+                              f"got {', '.join(sorted(key)) or 'nothing'}")  # fmt: skip
+
+    async def _wait(self, min_scn: str | None, timeout_ms: str | None) -> None:
+        if min_scn is None:
+            return
+        scn, wait = _int(min_scn, "min_scn"), _int(timeout_ms or str(WAIT_MS), "timeout_ms")
+        if not 0 <= wait <= MAX_WAIT_MS:
+            raise HttpProblem(400, f"timeout_ms must be 0..{MAX_WAIT_MS}, got {wait}")
+        if not await self.service.wait_scn(scn, wait / 1000):
+            self.waits_timed_out += 1
+            raise HttpProblem(
+                504,
+                f"the store reflects SCN {self.service.store_scn}, not yet {scn}, after "
+                f"{wait} ms ({self.service.phase}); try again or raise timeout_ms",
+                store_scn=self.service.store_scn,
+            )
+
+    # -- operations ----------------------------------------------------------------------------
+    def _stats(self) -> dict[str, Any]:
+        stats = self.service.stats()
+        stats.update(lookups=self.lookups, misses=self.misses,
+                     waits_timed_out=self.waits_timed_out)  # fmt: skip
+        return stats
+
+    async def stats(self, request: web.Request) -> web.Response:
+        return json_response(200, self._stats())
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        stats = self._stats()
+        problems = [f"stopped: {stats['error']}"] if stats["error"] else []
+        if stats["store_scn"] is None:
+            problems.append(f"restoring ({stats['phase']}): no SCN reflected yet")
+        body = {"status": "ok" if not problems else "unhealthy", "problems": problems,
+                "store_scn": stats["store_scn"], "phase": stats["phase"]}  # fmt: skip
+        return json_response(200 if not problems else 503, body)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        s = self._stats()
+        text = metrics_text("sluice_state", [
+            ("lookups_total", "counter", s["lookups"]),
+            ("misses_total", "counter", s["misses"]),
+            ("waits_timed_out_total", "counter", s["waits_timed_out"]),
+            ("windows_total", "counter", s["windows"]),
+            ("changes_total", "counter", s["changes"]),
+            ("store_scn", "gauge", s["store_scn"] or 0),
+            ("keys", "gauge", sum(s["keys"].values())),
+        ])  # fmt: skip
+        return web.Response(text=text, content_type="text/plain")
+
+
+def _typed(value: str, kind: str | None) -> Any:
+    """A query parameter as the key column's JSON value (a number, text, a boolean)."""
+    if kind == "string":
+        return value
+    if kind == "bool":
+        return value.lower() in ("1", "true")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        if kind == "number":
+            raise HttpProblem(400, f"{value[:40]!r} is not a number") from None
+        return value
+    return parsed if kind != "number" or isinstance(parsed, int | float) else value
+
+
+def _int(raw: str, name: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise HttpProblem(400, f"{name} must be an integer, got {raw[:40]!r}") from None

@@ -1,0 +1,215 @@
+"""``sluice state serve`` on real servers (MariaDB, a relay): each key's current row equals
+the source's through a SIGKILL, lookups wait for a writer's commit (read your writes), and
+bad requests get a clear answer."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from sluice.capture.commit_scn import commit_scn
+from sluice.relay import RelayConfig
+from sluice.testing import PrivateMariaDB, table_rows
+from sluice.testing.mariadb import free_port
+from sluice.testing.postgres import PrivatePostgres
+from sluice.testing.relays import RelayThread
+from tests.integration.sink_support import SOURCE_TABLES, newest_window, workload
+from tests.integration.support import (
+    create_database,
+    relay_config,
+    run_sluice,
+    wait_for,
+)
+
+_names = itertools.count(1)
+
+
+class StateProcess:
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.port, self.args, self.log = free_port(), args, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> StateProcess:
+        with self.log.open("a") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sluice.cli.main", "-v", "state", "serve", *self.args,
+                 "--port", str(self.port)],
+                stdout=out, stderr=out, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            )  # fmt: skip
+        return self
+
+    def call(self, path: str, body: Any = None) -> tuple[int, Any]:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"state exited {self.proc.returncode}: {self.log.read_text()}")
+        data = None if body is None else json.dumps(body).encode()
+        method = "POST" if data else "GET"
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=90) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+        except OSError:
+            return 0, None
+
+    def stats(self) -> dict[str, Any]:
+        status, body = self.call("/stats")
+        return body if status == 200 else {}
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        return self.proc.returncode
+
+
+def _get(state: StateProcess, source: str, **params: Any) -> tuple[int, Any]:
+    return state.call(f"/state/{source}?{urlencode(params)}")
+
+
+def _text(browser: Any, css: str) -> str:
+    script = "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''"
+    return str(browser.execute_script(script, css)).strip()
+
+
+def test_the_state_equals_the_source_through_a_sigkill_and_reads_your_writes(
+    browser: Any, mariadb: PrivateMariaDB, tmp_path: Path
+) -> None:
+    db = f"st_{next(_names)}"
+    conn = create_database(mariadb, db, *SOURCE_TABLES)
+    sources = [f"{db}.orders", f"{db}.items", f"{db}.audit"]
+    with RelayThread(relay_config(mariadb, sources, tmp_path / "r")) as relay:
+        args = ["--relay", relay.url, "--store", str(tmp_path / "state.db")]
+        for source in sources:
+            args += ["--source", source]
+        state = StateProcess(args, tmp_path / "state.log").start()
+        try:
+            worker = threading.Thread(target=workload, args=(conn, 300), kwargs={"pace_s": 0.01})
+            worker.start()
+            wait_for(lambda: state.stats().get("changes", 0) > 100, 60, "the store to fill")
+            state.kill()  # mid-stream: the store is at a window boundary, its checkpoint says which
+            state.start()
+            worker.join(120)
+            newest = newest_window(relay.url, conn)
+            conn.commit()
+            for table, columns in (("orders", ["id"]), ("items", ["order_id", "line"])):
+                truth = table_rows(conn, f"{db}.{table}")
+                assert truth
+                for key_json, row in truth.items():
+                    key = json.loads(key_json)
+                    status, body = _get(state, f"{db}.{table}", min_scn=newest,
+                                        timeout_ms=60000, **key)  # fmt: skip
+                    assert status == 200, (key, body)
+                    assert body["row"] == row and body["store_scn"] >= newest, (key, body, row)
+                    assert set(body["key"]) == set(columns)
+                assert state.stats()["keys"][f"{db}.{table}"] == len(truth)
+            assert state.stats()["keyless_skipped"] == [f"{db}.audit"]
+            # read your writes: the commit's SCN, then a lookup that waits for it
+            cur = conn.cursor()
+            cur.execute(f"INSERT INTO {db}.orders (id, status, amount) VALUES (900001, 'new', 1.5)")
+            conn.commit()
+            status, body = _get(state, f"{db}.orders", id=900001, min_scn=commit_scn(conn),
+                                timeout_ms=30000)  # fmt: skip
+            assert status == 200 and body["row"]["status"] == "new", body
+            cur.execute(f"UPDATE {db}.orders SET status = 'paid' WHERE id = 900001")
+            conn.commit()
+            status, body = _get(state, f"{db}.orders", id=900001, min_scn=commit_scn(conn),
+                                timeout_ms=30000)  # fmt: skip
+            assert status == 200 and body["row"]["status"] == "paid", body
+            cur.execute(f"DELETE FROM {db}.orders WHERE id = 900001")
+            conn.commit()
+            status, body = _get(state, f"{db}.orders", id=900001, min_scn=commit_scn(conn),
+                                timeout_ms=30000)  # fmt: skip
+            assert status == 404 and body["store_scn"] is not None, body
+            # several keys at once, absent ones as null
+            some = [json.loads(k) for k in list(table_rows(conn, f"{db}.orders"))[:3]]
+            status, body = state.call(f"/state/{db}.orders", {"keys": [*some, {"id": -5}]})
+            assert status == 200 and len(body["rows"]) == 4 and body["rows"][3] is None
+            assert all(r is not None for r in body["rows"][:3])
+            # bad requests: one clear answer each
+            assert _get(state, "nope.nope", id=1)[0] == 404
+            status, body = _get(state, f"{db}.items", order_id=1)
+            assert status == 400 and "line, order_id" in body["error"]
+            assert _get(state, f"{db}.orders", id=1, min_scn="soon")[0] == 400
+            status, body = _get(state, f"{db}.orders", id=1, min_scn=newest * 4, timeout_ms=200)
+            assert status == 504 and "not yet" in body["error"], body
+            assert state.call(f"/state/{db}.orders", {"keys": "x"})[0] == 400
+            # the console: the store, its SCN, keys per table
+            browser.get(state.url + "/ui")
+            wait_for(lambda: _text(browser, "#role") == "state", 30, "the state's page")
+            row = f'tr[data-table="{db}.orders"] td:last-child'
+            count = state.stats()["keys"][f"{db}.orders"]
+            wait_for(lambda: _text(browser, row).replace(",", "") == str(count), 30,
+                     "the key count on the page")  # fmt: skip
+            assert _text(browser, "#state-phase") == "online"
+        finally:
+            code = state.stop()
+    text = (tmp_path / "state.log").read_text()
+    assert code == 0, text
+    assert "Traceback" not in text
+
+
+def test_bad_state_settings_are_one_line(tmp_path: Path) -> None:
+    for args, says in [
+        (["--relay", "http://127.0.0.1:9", "--store", str(tmp_path)], "is a directory"),
+        (["--relay", "http://127.0.0.1:9", "--store", str(tmp_path / "no" / "x.db")],
+         "no directory"),
+        (["--relay", "ftp://x", "--store", str(tmp_path / "x.db")], "relay"),
+    ]:  # fmt: skip
+        result = run_sluice("state", "serve", *args)
+        assert result.returncode == 2 and says in result.stderr, (args, result.stderr)
+
+
+def test_a_postgresql_writer_reads_its_own_writes(
+    postgres: PrivatePostgres, pg_database: str, tmp_path: Path
+) -> None:
+    """``commit_scn`` on a psycopg2 connection: the lookup that waits for it sees the write,
+    also when the WAL moved on past the commit (other tables' writes) and nothing else is
+    captured after it."""
+    conn = postgres.connect(pg_database)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE kv (id int PRIMARY KEY, v text)")
+        cur.execute("CREATE TABLE noise (id serial PRIMARY KEY, v text)")
+    config = RelayConfig(source=postgres.source_url(pg_database), tables=["public.kv"],
+                         data_dir=tmp_path / "r", port=0)  # fmt: skip
+    with RelayThread(config) as relay:
+        state = StateProcess(["--relay", relay.url, "--store", str(tmp_path / "s.db")],
+                             tmp_path / "state.log").start()  # fmt: skip
+        try:
+            wait_for(lambda: state.stats().get("phase") == "online", 60, "the state online")
+            for n in range(1, 6):
+                with conn.cursor() as cur:
+                    cur.execute("INSERT INTO kv VALUES (%s, %s) ON CONFLICT (id) DO UPDATE "
+                                "SET v = excluded.v", (1, f"v{n}"))  # fmt: skip
+                scn = commit_scn(conn)
+                if n % 2:  # WAL the relay does not capture, after the commit
+                    with conn.cursor() as cur:
+                        cur.execute("INSERT INTO noise (v) SELECT 'x' FROM generate_series(1, 50)")
+                status, body = _get(state, "public.kv", id=1, min_scn=scn, timeout_ms=30000)
+                assert status == 200 and body["row"]["v"] == f"v{n}", (n, scn, body)
+        finally:
+            code = state.stop()
+    conn.close()
+    assert code == 0, (tmp_path / "state.log").read_text()
