@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,6 +24,7 @@ from sluice.testing import PrivateMariaDB, table_rows
 from sluice.testing.mariadb import free_port
 from sluice.testing.postgres import PrivatePostgres
 from sluice.testing.relays import RelayThread
+from sluice.testing.zookeeper import PrivateZooKeeper
 from tests.integration.sink_support import SOURCE_TABLES, newest_window, workload
 from tests.integration.support import (
     create_database,
@@ -213,3 +215,62 @@ def test_a_postgresql_writer_reads_its_own_writes(
             code = state.stop()
     conn.close()
     assert code == 0, (tmp_path / "state.log").read_text()
+
+
+def test_a_state_group_forwards_lookups_and_takes_over_a_dead_members_keys(
+    mariadb: PrivateMariaDB, zookeeper_server: PrivateZooKeeper, tmp_path: Path
+) -> None:
+    """Two members on 4 partitions: either answers any key (its own partitions', or forwarded
+    to the holder); one SIGKILLed, the other takes its partitions (restoring them from the
+    relay) and answers every key again. Lookups that failed in between are counted."""
+    db = f"st_{next(_names)}"
+    conn = create_database(mariadb, db, *SOURCE_TABLES)
+    sources = [f"{db}.orders", f"{db}.items"]
+    group = f"sg{next(_names)}"
+    with RelayThread(relay_config(mariadb, sources, tmp_path / "r")) as relay:
+        base = ["--relay", relay.url, "--group", group, "--coordinator", zookeeper_server.url(),
+                "--partitions", "4", "--session-timeout", "3"]  # fmt: skip
+        a = StateProcess([*base, "--store", str(tmp_path / "a")], tmp_path / "a.log").start()
+        b = StateProcess([*base, "--store", str(tmp_path / "b")], tmp_path / "b.log").start()
+
+        def held(member: StateProcess) -> set[str]:
+            return set((member.stats().get("group") or {}).get("held", {}))
+
+        try:
+            wait_for(lambda: len(held(a) | held(b)) == 4 and not held(a) & held(b), 60,
+                     "the members to share the partitions")  # fmt: skip
+            workload(conn, 150, pace_s=0.005)
+            newest = newest_window(relay.url, conn)
+            conn.commit()
+            truth = table_rows(conn, f"{db}.orders")
+
+            def check_all(member: StateProcess) -> int:
+                forwarded_before = member.stats()["forwarded"]
+                for key_json, row in truth.items():
+                    status, body = _get(member, f"{db}.orders", min_scn=newest,
+                                        timeout_ms=60000, **json.loads(key_json))  # fmt: skip
+                    assert status == 200 and body["row"] == row, (key_json, status, body)
+                return int(member.stats()["forwarded"]) - forwarded_before
+
+            assert check_all(a) > 0 and check_all(b) > 0  # each forwarded some keys
+            some = json.loads(next(iter(truth)))
+            status, owner = state_owner(a, f"{db}.orders", some)
+            assert status == 200 and owner["partition"] in range(4) and owner["url"]
+            b.kill()
+            failed, tried, killed = 0, 0, time.monotonic()
+            while len(held(a)) < 4:  # no standby yet: b's keys are unanswered until a holds them
+                assert time.monotonic() - killed < 60, "a never took b's partitions"
+                status, _ = _get(a, f"{db}.orders", **some)
+                failed, tried = failed + (status != 200), tried + 1
+            gap = time.monotonic() - killed
+            check_all(a)  # every key again, from one member (it restored b's partitions)
+            print(f"{failed} of {tried} lookups failed in the {gap:.1f} s after the SIGKILL")
+        finally:
+            for member in (a, b):
+                if member.proc is not None and member.proc.poll() is None:
+                    member.stop()
+    assert "Traceback" not in (tmp_path / "a.log").read_text()
+
+
+def state_owner(member: StateProcess, source: str, key: dict[str, Any]) -> tuple[int, Any]:
+    return member.call(f"/state/owner?{urlencode({'source': source, **key})}")

@@ -16,30 +16,45 @@ import json
 import logging
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from sluice.console import add_console
 from sluice.core.requests import HttpProblem
-from sluice.state.service import StateService
+from sluice.state.group import StateGroup
+from sluice.state.service import StateConfig, StateService
 from sluice.state.store import key_text
 from sluice.web import errors_as_json, json_response, metrics_text, start_site
 
 log = logging.getLogger(__name__)
+FORWARDED = "X-Sluice-Forwarded-By"  # a lookup forwarded once is not forwarded again
 WAIT_MS = 5000
 MAX_WAIT_MS = 300_000
 MAX_KEYS = 10_000
 
 
 class StateServer:
-    """``async with StateServer(service, host, port)``; ``port`` 0 picks a free one."""
+    """``async with StateServer(service, host, port)``; ``port`` 0 picks a free one. With a
+    ``group``, ``service`` is None and each lookup goes to the partition's service here, or
+    is forwarded to the member that holds it."""
 
-    def __init__(self, service: StateService, host: str, port: int) -> None:
-        self.service, self.host, self.port = service, host, port
+    def __init__(
+        self,
+        service: StateService | None,
+        host: str,
+        port: int,
+        group: StateGroup | None = None,
+        config: StateConfig | None = None,
+    ) -> None:
+        self.service, self.group, self.host, self.port = service, group, host, port
+        self.config = config or (service.config if service is not None else None)
         self._runner: web.AppRunner | None = None
-        self.lookups = self.misses = self.waits_timed_out = 0
+        self._session: aiohttp.ClientSession | None = None
+        self.lookups = self.misses = self.waits_timed_out = self.forwarded = 0
 
     async def start(self) -> StateServer:
         app = web.Application(middlewares=[errors_as_json])
+        app.router.add_get("/state/owner", self.owner)
         app.router.add_get("/state/{source}", self.get)
         app.router.add_post("/state/{source}", self.multi_get)
         app.router.add_get("/healthz", self.healthz)
@@ -48,9 +63,12 @@ class StateServer:
         add_console(app)
         self._runner = web.AppRunner(app, access_log=None)
         self.port = await start_site(self._runner, self.host, self.port)
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=330))
         return self
 
     async def stop(self) -> None:
+        if self._session is not None:
+            await self._session.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -65,23 +83,80 @@ class StateServer:
     async def get(self, request: web.Request) -> web.Response:
         source = self._source(request)
         query = dict(request.query)
-        await self._wait(query.pop("min_scn", None), query.pop("timeout_ms", None))
+        min_scn, timeout = query.pop("min_scn", None), query.pop("timeout_ms", None)
         key = self._key(source, query)
-        return self._answer(source, key)
+        service = self._local(source, key)
+        if service is None:
+            return await self._forward(request, source, key)
+        await self._wait(service, min_scn, timeout)
+        return self._answer(service, source, key)
+
+    async def owner(self, request: web.Request) -> web.Response:
+        """Which partition a key is in, and which member holds it."""
+        query = dict(request.query)
+        source = query.pop("source", "")
+        if not source:
+            raise HttpProblem(400, "name the table: /state/owner?source=DB.TABLE&COLUMN=VALUE")
+        key = self._key(source, query)
+        if self.group is None:
+            return json_response(200, {"partition": None, "member": None, "here": True})
+        partition = self.group.partition_of(key_text(key))
+        member = self.group.owner(partition)
+        return json_response(200, {
+            "partition": partition, "member": None if member is None else member["id"],
+            "url": None if member is None else member.get("url"),
+            "here": partition in self.group.services,
+        })  # fmt: skip
+
+    def _local(self, source: str, key: dict[str, Any]) -> StateService | None:
+        if self.group is None:
+            assert self.service is not None
+            return self.service
+        return self.group.services.get(self.group.partition_of(key_text(key)))
+
+    async def _forward(
+        self, request: web.Request, source: str, key: dict[str, Any]
+    ) -> web.Response:
+        """To the member the group gives the key's partition to (once: a forwarded lookup
+        that finds no holder either is 503, the partition is moving)."""
+        assert self.group is not None and self._session is not None
+        partition = self.group.partition_of(key_text(key))
+        member = self.group.owner(partition)
+        url = None if member is None else member.get("url")
+        if request.headers.get(FORWARDED) or not url or url == self.group.url:
+            raise HttpProblem(503, f"partition {partition} of {source} is moving between "
+                              "members; try again", partition=partition)  # fmt: skip
+        self.forwarded += 1
+        try:
+            async with self._session.get(f"{url}{request.path_qs}",
+                                         headers={FORWARDED: self.group.url}) as resp:  # fmt: skip
+                body = await resp.read()
+                return web.Response(status=resp.status, body=body,
+                                    content_type="application/json")  # fmt: skip
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise HttpProblem(
+                503,
+                f"partition {partition}'s member {url} did not answer "
+                f"({type(exc).__name__}); try again",
+                partition=partition,
+            ) from None
 
     async def multi_get(self, request: web.Request) -> web.Response:
         source = self._source(request)
         try:
             body = await request.json()
         except (ValueError, UnicodeDecodeError):
-            raise HttpProblem(400, "the body must be JSON: {\"keys\": [{...}, ...]}") from None
+            raise HttpProblem(400, 'the body must be JSON: {"keys": [{...}, ...]}') from None
         keys = body.get("keys") if isinstance(body, dict) else None
         if not isinstance(keys, list) or not all(isinstance(k, dict) for k in keys):
-            raise HttpProblem(400, "the body must be {\"keys\": [{COLUMN: VALUE, ...}, ...]}")
+            raise HttpProblem(400, 'the body must be {"keys": [{COLUMN: VALUE, ...}, ...]}')
         if len(keys) > MAX_KEYS:
             raise HttpProblem(400, f"at most {MAX_KEYS} keys per request, got {len(keys)}")
+        if self.group is not None:  # each key where its partition is
+            return await self._multi_group(request, source, keys, body)
+        assert self.service is not None
         min_scn, timeout = body.get("min_scn"), body.get("timeout_ms")
-        await self._wait(None if min_scn is None else str(min_scn),
+        await self._wait(self.service, None if min_scn is None else str(min_scn),
                          None if timeout is None else str(timeout))  # fmt: skip
         reader, rows = self.service.reader, []
         for key in keys:
@@ -91,10 +166,26 @@ class StateServer:
             rows.append(None if found is None else found.row)
         return json_response(200, {"rows": rows, "store_scn": self.service.store_scn})
 
-    def _answer(self, source: str, key: dict[str, Any]) -> web.Response:
+    async def _multi_group(
+        self, request: web.Request, source: str, keys: list[dict[str, Any]], body: dict[str, Any]
+    ) -> web.Response:
+        rows: list[Any] = []
+        for key in keys:
+            params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in key.items()}
+            params.update({k: str(body[k]) for k in ("min_scn", "timeout_ms") if k in body})
+            sub = request.clone(rel_url=request.rel_url.with_query(params))
+            answer = await self.get(sub)
+            rows.append(
+                json.loads(answer.text or "{}").get("row") if answer.status == 200 else None
+            )
+            if answer.status not in (200, 404):
+                return answer
+        return json_response(200, {"rows": rows})
+
+    def _answer(self, service: StateService, source: str, key: dict[str, Any]) -> web.Response:
         self.lookups += 1
-        found = self.service.reader.get(source, key_text(key))
-        store_scn = self.service.store_scn
+        found = service.reader.get(source, key_text(key))
+        store_scn = service.store_scn
         if found is None:
             self.misses += 1
             return json_response(404, {"error": f"{source} has no row with key {key_text(key)}",
@@ -105,7 +196,8 @@ class StateServer:
 
     def _source(self, request: web.Request) -> str:
         source = request.match_info["source"]
-        followed = self.service.config.sources
+        assert self.config is not None
+        followed = self.config.sources
         if followed and source not in followed:
             raise HttpProblem(404, f"this store does not follow {source!r}; it follows: "
                               + ", ".join(followed))  # fmt: skip
@@ -115,36 +207,71 @@ class StateServer:
         """The key from query parameters, typed as the source's key columns are."""
         if not query:
             raise HttpProblem(400, f"name the key: /state/{source}?COLUMN=VALUE[&COLUMN=VALUE]")
-        types = self.service.reader.key_columns(source) or {}
+        types = self._types(source) or {}
         key = {name: _typed(value, types.get(name)) for name, value in query.items()}
         self._check_columns(source, key)
         return key
 
+    def _types(self, source: str) -> dict[str, str] | None:
+        """The key's columns and JSON types, from any store here that has the table."""
+        services = [self.service] if self.service is not None else []
+        if self.group is not None:
+            services = list(self.group.services.values())
+        for service in services:
+            types = service.reader.key_columns(source)
+            if types is not None:
+                return types
+        return None
+
     def _check_columns(self, source: str, key: dict[str, Any]) -> None:
-        types = self.service.reader.key_columns(source)
+        types = self._types(source)
         if types is not None and set(key) != set(types):
             raise HttpProblem(400, f"{source}'s key is {', '.join(sorted(types))}; "
                               f"got {', '.join(sorted(key)) or 'nothing'}")  # fmt: skip
 
-    async def _wait(self, min_scn: str | None, timeout_ms: str | None) -> None:
+    async def _wait(
+        self, service: StateService, min_scn: str | None, timeout_ms: str | None
+    ) -> None:
         if min_scn is None:
             return
         scn, wait = _int(min_scn, "min_scn"), _int(timeout_ms or str(WAIT_MS), "timeout_ms")
         if not 0 <= wait <= MAX_WAIT_MS:
             raise HttpProblem(400, f"timeout_ms must be 0..{MAX_WAIT_MS}, got {wait}")
-        if not await self.service.wait_scn(scn, wait / 1000):
+        if not await service.wait_scn(scn, wait / 1000):
             self.waits_timed_out += 1
             raise HttpProblem(
                 504,
-                f"the store reflects SCN {self.service.store_scn}, not yet {scn}, after "
-                f"{wait} ms ({self.service.phase}); try again or raise timeout_ms",
-                store_scn=self.service.store_scn,
+                f"the store reflects SCN {service.store_scn}, not yet {scn}, after "
+                f"{wait} ms ({service.phase}); try again or raise timeout_ms",
+                store_scn=service.store_scn,
             )
 
     # -- operations ----------------------------------------------------------------------------
     def _stats(self) -> dict[str, Any]:
-        stats = self.service.stats()
-        stats.update(lookups=self.lookups, misses=self.misses,
+        if self.service is not None:
+            stats = self.service.stats()
+        else:
+            assert self.group is not None and self.config is not None
+            parts = [s.stats() for s in self.group.services.values()]
+            scns = [p["store_scn"] for p in parts]
+            keys: dict[str, int] = {}
+            for part in parts:
+                for table, n in part["keys"].items():
+                    keys[table] = keys.get(table, 0) + n
+            stats = {
+                "name": self.config.name, "role": "state", "store": str(self.config.store),
+                "phase": "online" if parts and None not in scns else "restoring",
+                "store_scn": min(scns) if parts and None not in scns else None,
+                "checkpoint": None, "keys": keys,
+                "windows": sum(p["windows"] for p in parts),
+                "changes": sum(p["changes"] for p in parts),
+                "events": sum(p["events"] for p in parts),
+                "keyless_skipped": sorted({t for p in parts for t in p["keyless_skipped"]}),
+                "relays": list(self.config.relays), "bootstrap": self.config.bootstrap,
+                "error": next((p["error"] for p in parts if p["error"]), None),
+                "group": self.group.stats(),
+            }  # fmt: skip
+        stats.update(lookups=self.lookups, misses=self.misses, forwarded=self.forwarded,
                      waits_timed_out=self.waits_timed_out)  # fmt: skip
         return stats
 

@@ -36,6 +36,7 @@ class StateConfig:
     sources: tuple[str, ...] = ()
     bootstrap: str | None = None
     since_scn: int | None = None
+    partition: str | None = None  # a group member's partition I/N (``state/group.py``)
     name: str = "state"
     host: str = "127.0.0.1"
     port: int = 7072
@@ -83,6 +84,7 @@ class StateService:
             sources=c.sources,
             since_scn=since,
             bootstrap=c.bootstrap,
+            partition=c.partition,
             name=c.name,
             retry=RetryPolicy(
                 initial_s=c.retry.initial_s, max_s=c.retry.max_s,
