@@ -121,6 +121,7 @@ bench: setup
 	$(PYTHON) -m pip install -q -e '.[bench]'
 	$(PYTHON) -m benchmarks
 	$(PYTHON) -m benchmarks.groups
+	$(PYTHON) -m benchmarks.state
 
 demo: setup
 	sluice demo
