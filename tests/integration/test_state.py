@@ -86,8 +86,11 @@ class StateProcess:
         return self.proc.returncode
 
 
-def _get(state: StateProcess, source: str, **params: Any) -> tuple[int, Any]:
+def state_lookup(state: StateProcess, source: str, **params: Any) -> tuple[int, Any]:
     return state.call(f"/state/{source}?{urlencode(params)}")
+
+
+_get = state_lookup
 
 
 def _text(browser: Any, css: str) -> str:
