@@ -277,3 +277,65 @@ def test_a_state_group_forwards_lookups_and_takes_over_a_dead_members_keys(
 
 def state_owner(member: StateProcess, source: str, key: dict[str, Any]) -> tuple[int, Any]:
     return member.call(f"/state/owner?{urlencode({'source': source, **key})}")
+
+
+def test_a_state_group_with_a_standby_keeps_answering_when_an_owner_dies(
+    mariadb: PrivateMariaDB, zookeeper_server: PrivateZooKeeper, tmp_path: Path
+) -> None:
+    """Three members on 4 partitions, one warm standby each: the owner of a key SIGKILLed,
+    lookups of that key through another member keep answering (the standby's copy, or a
+    forward to it) while the group reassigns; afterwards every key is right."""
+    db = f"st_{next(_names)}"
+    conn = create_database(mariadb, db, *SOURCE_TABLES)
+    sources = [f"{db}.orders", f"{db}.items"]
+    group = f"sb{next(_names)}"
+    with RelayThread(relay_config(mariadb, sources, tmp_path / "r")) as relay:
+        base = ["--relay", relay.url, "--group", group, "--coordinator", zookeeper_server.url(),
+                "--partitions", "4", "--session-timeout", "3", "--standby", "1"]  # fmt: skip
+        members = [
+            StateProcess([*base, "--store", str(tmp_path / name)], tmp_path / f"{name}.log").start()
+            for name in ("a", "b", "c")
+        ]
+
+        def roles() -> dict[str, list[str]]:
+            out: dict[str, list[str]] = {}
+            for m in members:
+                for p, h in ((m.stats().get("group") or {}).get("held") or {}).items():
+                    out.setdefault(p, []).append(h["role"])
+            return out
+
+        try:
+            wait_for(lambda: all(sorted(r) == ["owner", "standby"] for r in roles().values())
+                     and len(roles()) == 4, 60, "an owner and a standby per partition")  # fmt: skip
+            workload(conn, 120, pace_s=0.005)
+            newest = newest_window(relay.url, conn)
+            conn.commit()
+            truth = table_rows(conn, f"{db}.orders")
+            some = json.loads(next(iter(truth)))
+            status, owner = state_owner(members[0], f"{db}.orders", some)
+            assert status == 200
+            dead = next(m for m in members if m.url == owner["url"])
+            alive = [m for m in members if m is not dead]
+            status, body = state_lookup(alive[0], f"{db}.orders", min_scn=newest,
+                                        timeout_ms=60000, **some)  # fmt: skip
+            assert status == 200 and body["row"] == truth[next(iter(truth))]
+            dead.kill()
+            answered = failed = 0
+            killed = time.monotonic()
+            while time.monotonic() - killed < 8:  # past the session timeout and the reassignment
+                for m in alive:
+                    status, body = state_lookup(m, f"{db}.orders", **some)
+                    if status == 200 and body["row"] == truth[next(iter(truth))]:
+                        answered += 1
+                    else:
+                        failed += 1
+            for key_json, row in truth.items():  # every key, from a survivor
+                status, body = state_lookup(alive[0], f"{db}.orders", min_scn=newest,
+                                            timeout_ms=60000, **json.loads(key_json))  # fmt: skip
+                assert status == 200 and body["row"] == row, (key_json, body)
+            print(f"after the owner's SIGKILL: {answered} lookups answered, {failed} failed")
+            assert answered > 0 and failed <= answered // 4, (answered, failed)
+        finally:
+            for m in members:
+                if m.proc is not None and m.proc.poll() is None:
+                    m.stop()

@@ -49,6 +49,8 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--partitions", type=int, metavar="N", help="the group's key partitions")
     s.add_argument("--session-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="a member silent this long is dead and its partitions move")  # fmt: skip
+    s.add_argument("--standby", type=int, default=0, metavar="N",
+                   help="a group keeps N more warm copies of each partition")  # fmt: skip
     s.add_argument("--advertise", metavar="URL",
                    help="where members forward lookups (default http://HOST:PORT)")  # fmt: skip
     s.add_argument("--give-up-after", type=float, metavar="SECONDS",
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if grouped:
         settings = GroupSettings(parse_coordinator_url(args.coordinator), args.group,
                                  args.partitions, 1, args.session_timeout)  # fmt: skip
-        group = StateGroup(config, settings, args.advertise or "")
+        group = StateGroup(config, settings, args.advertise or "", args.standby)
         long_lived()
         return asyncio.run(_serve_group(group, args.advertise))
     service = StateService(config)

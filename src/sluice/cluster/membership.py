@@ -69,7 +69,8 @@ class GroupSettings:
 
 
 class PartitionWork(Protocol):
-    """What a member runs per partition it holds."""
+    """What a member runs per partition it holds. Work with a ``members_changed(members)``
+    coroutine is also told the live members (join order) at each reconcile."""
 
     async def start_partition(self, partition: int, epoch: int) -> None: ...
     async def stop_partition(self, partition: int) -> None: ...
@@ -244,6 +245,9 @@ class Membership:
             await self._join()
         members = await self._members()
         wanted = self._wanted(members)
+        told = getattr(self.work, "members_changed", None)  # work that follows the members
+        if told is not None:
+            await told(members)
         for partition in sorted(set(self.owned) - wanted):
             await self._give_up(partition)
         for partition in sorted(wanted - set(self.owned)):

@@ -117,29 +117,31 @@ class StateServer:
     async def _forward(
         self, request: web.Request, source: str, key: dict[str, Any]
     ) -> web.Response:
-        """To the member the group gives the key's partition to (once: a forwarded lookup
-        that finds no holder either is 503, the partition is moving)."""
+        """To the partition's owner, else (it does not answer) its standbys in turn; once: a
+        forwarded lookup that finds no copy here either is 503 (the partition is moving)."""
         assert self.group is not None and self._session is not None
         partition = self.group.partition_of(key_text(key))
-        member = self.group.owner(partition)
-        url = None if member is None else member.get("url")
-        if request.headers.get(FORWARDED) or not url or url == self.group.url:
+        urls = [m.get("url") for m in self.group.holders(partition)]
+        urls = [u for u in urls if u and u != self.group.url]
+        if request.headers.get(FORWARDED) or not urls:
             raise HttpProblem(503, f"partition {partition} of {source} is moving between "
                               "members; try again", partition=partition)  # fmt: skip
-        self.forwarded += 1
-        try:
-            async with self._session.get(f"{url}{request.path_qs}",
-                                         headers={FORWARDED: self.group.url}) as resp:  # fmt: skip
-                body = await resp.read()
-                return web.Response(status=resp.status, body=body,
-                                    content_type="application/json")  # fmt: skip
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise HttpProblem(
-                503,
-                f"partition {partition}'s member {url} did not answer "
-                f"({type(exc).__name__}); try again",
-                partition=partition,
-            ) from None
+        failures = []
+        for url in urls:
+            self.forwarded += 1
+            try:
+                headers = {FORWARDED: self.group.url}
+                async with self._session.get(f"{url}{request.path_qs}", headers=headers) as resp:
+                    body = await resp.read()
+                    return web.Response(status=resp.status, body=body,
+                                        content_type="application/json")  # fmt: skip
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                failures.append(f"{url}: {type(exc).__name__}")
+        raise HttpProblem(
+            503,
+            f"no member holding partition {partition} answered ({'; '.join(failures)}); try again",
+            partition=partition,
+        )
 
     async def multi_get(self, request: web.Request) -> web.Response:
         source = self._source(request)
