@@ -55,6 +55,7 @@ class Members:
 
     def __init__(self, base: list[str], tmp: Path) -> None:
         self.base, self.tmp, self.all = base, tmp, []
+        self.events: dict[int, int] = {}  # the last /stats events of each member
 
     def add(self) -> SinkProcess:
         n = len(self.all)
@@ -72,6 +73,13 @@ class Members:
         held: dict[int, SinkProcess] = {}
         for member in members:
             stats = member.stats()
+            # a member's events count what its targets acknowledged, partitions that moved
+            # away included: it never goes down while partitions move (a counter)
+            events = (stats or {}).get("events")
+            if events is not None:
+                last = self.events.get(id(member), 0)
+                assert events >= last, f"events went down from {last} to {events}"
+                self.events[id(member)] = events
             for p in (stats or {}).get("group", {}).get("held", {}):
                 if int(p) in held:
                     return {}

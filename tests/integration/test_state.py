@@ -339,3 +339,31 @@ def test_a_state_group_with_a_standby_keeps_answering_when_an_owner_dies(
             for m in members:
                 if m.proc is not None and m.proc.poll() is None:
                     m.stop()
+
+
+def test_a_state_member_that_holds_no_partition_is_idle_and_healthy(
+    mariadb: PrivateMariaDB, zookeeper_server: PrivateZooKeeper, tmp_path: Path
+) -> None:
+    """More members than partitions: the one without a partition is idle, not restoring, and
+    answers by forwarding."""
+    db = f"st_{next(_names)}"
+    conn = create_database(mariadb, db, *SOURCE_TABLES)
+    with RelayThread(relay_config(mariadb, [f"{db}.orders"], tmp_path / "r")) as relay:
+        base = ["--relay", relay.url, "--group", f"idle{next(_names)}", "--coordinator",
+                zookeeper_server.url(), "--partitions", "1", "--session-timeout", "3"]  # fmt: skip
+        a = StateProcess([*base, "--store", str(tmp_path / "a")], tmp_path / "a.log").start()
+        wait_for(lambda: a.stats().get("phase") == "online", 60, "the first member online")
+        b = StateProcess([*base, "--store", str(tmp_path / "b")], tmp_path / "b.log").start()
+        try:
+            wait_for(lambda: (b.stats().get("group") or {}).get("member"), 60, "b joined")
+            workload(conn, 20)
+            newest = newest_window(relay.url, conn)
+            status, health = b.call("/healthz")
+            assert status == 200 and health["phase"] == "idle", health
+            key = json.loads(next(iter(table_rows(conn, f"{db}.orders"))))
+            status, body = state_lookup(b, f"{db}.orders", min_scn=newest, timeout_ms=30000,
+                                        **key)  # fmt: skip
+            assert status == 200 and b.stats()["forwarded"] >= 1, body
+        finally:
+            a.stop()
+            b.stop()

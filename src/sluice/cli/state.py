@@ -93,17 +93,12 @@ async def _serve_group(group: StateGroup, advertise: str | None) -> int:
     async with StateServer(None, c.host, c.port, group=group, config=c) as server:
         group.url = advertise or f"http://{c.host}:{server.port}"
         group.membership.info["url"] = group.url
-        await group.start()
+        log.info("state %s: member of %s, lookups on %s/state/", c.name,
+                 group.settings.group, group.url)  # fmt: skip
         try:
-            log.info("state %s: member of %s, lookups on %s/state/", c.name,
-                     group.settings.group, group.url)  # fmt: skip
-            waiter = asyncio.create_task(stop.wait())
-            ended = asyncio.create_task(group.membership.done.wait())
-            await asyncio.wait((waiter, ended), return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            ended.cancel()
+            await group.membership.run_until(stop)
         finally:
-            await group.stop()
+            await group.stop()  # the standby copies
         if group.membership.failure is not None:
             raise group.membership.failure
     return 0

@@ -75,15 +75,7 @@ class AsyncGroupClient:
     async def run(self) -> int:
         """Until stopped; raises what stopped a partition's client for good (a refused
         checkpoint from the future, a consumer that kept failing)."""
-        await self.membership.start()
-        try:
-            stopped = asyncio.create_task(self._stop.wait())
-            ended = asyncio.create_task(self.membership.done.wait())
-            await asyncio.wait((stopped, ended), return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            ended.cancel()
-        finally:
-            await self.membership.stop()
+        await self.membership.run_until(self._stop)
         failure = self.failure or self.membership.failure
         if failure is not None:
             raise failure

@@ -104,6 +104,7 @@ class Membership:
         self._session: int | None = None  # the session our member node belongs to
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._io_closed = False
         self.done = asyncio.Event()  # the member's loop ended: ``failure`` says why
         self.failure: BaseException | None = None
 
@@ -116,6 +117,9 @@ class Membership:
         self._task.add_done_callback(self._ended)
 
     async def stop(self) -> None:
+        """Safe twice."""
+        if self._io_closed:
+            return
         self._stopping = True
         self._changed.set()
         if self._task is not None:
@@ -129,12 +133,26 @@ class Membership:
                 await self._call(self._zk.delete, f"{self.base}/members/{self.member}")
         await self._call(self._close)
         self._io.shutdown(wait=True)
+        self._io_closed = True
 
     def _close(self) -> None:
         with contextlib.suppress(Exception):
             self._zk.stop()
         with contextlib.suppress(Exception):
             self._zk.close()
+
+    async def run_until(self, stop: asyncio.Event) -> None:
+        """Join, hold partitions until ``stop`` is set or the member's loop ends (``failure``
+        says why), then stop them and leave."""
+        await self.start()
+        try:
+            stopped = asyncio.create_task(stop.wait())
+            ended = asyncio.create_task(self.done.wait())
+            await asyncio.wait((stopped, ended), return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            ended.cancel()
+        finally:
+            await self.stop()
 
     async def __aenter__(self) -> Membership:
         await self.start()

@@ -29,10 +29,11 @@ from sluice.sink.sink import Sink, SinkFailed
 
 log = logging.getLogger(__name__)
 
-# Counters summed over the partitions a member holds (its /stats and /metrics).
+# Counters summed over the partitions a member holds (its /stats and /metrics); those of
+# partitions that moved on stay in (``_past``): a counter never goes down.
 SUMMED = ("events", "windows", "read_events", "reread_events", "lost_events",
-          "unacknowledged_events", "filtered_events", "skipped_events", "retries", "rewinds",
-          "events_per_s")  # fmt: skip
+          "filtered_events", "skipped_events", "retries", "rewinds")  # fmt: skip
+GAUGES = ("unacknowledged_events", "events_per_s")  # the partitions held now only
 
 
 class GroupSink:
@@ -70,6 +71,8 @@ class GroupSink:
         self.error: str | None = None
         self.console_url: str | None = None
         self._relay_max_scn: int | None = None
+        self._past: dict[str, int] = dict.fromkeys(SUMMED, 0)  # partitions no longer here
+        self._stopping: set[int] = set()  # partitions being stopped here on purpose
 
     def _partition_config(self, partition: int) -> SinkConfig:
         n = self.settings.partitions
@@ -94,14 +97,8 @@ class GroupSink:
             )
         self.state = "running"
         try:
-            await self.membership.start()
-            stopped = asyncio.create_task(self._stop.wait())
-            ended = asyncio.create_task(self.membership.done.wait())
-            await asyncio.wait((stopped, ended), return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            ended.cancel()
+            await self.membership.run_until(self._stop)  # stops every partition held, then leaves
         finally:
-            await self.membership.stop()  # stops every partition held, then leaves
             self.state = "failed" if self._fatal or self.membership.failure else "stopped"
         failure = self._fatal or self.membership.failure
         if failure is not None:
@@ -121,18 +118,24 @@ class GroupSink:
         task.add_done_callback(lambda t: self._ended(partition, sink, t))
 
     async def stop_partition(self, partition: int) -> None:
-        sink, task = self.sinks.pop(partition, None), self._tasks.pop(partition, None)
+        sink, task = self.sinks.get(partition), self._tasks.get(partition)
         if sink is None or task is None:
             return
+        # counted as held until it stopped (its last commits count; /stats never dips)
+        self._stopping.add(partition)
         sink.stop()
         with contextlib.suppress(SluiceError, asyncio.CancelledError):
             await task
+        self._stopping.discard(partition)
+        del self.sinks[partition], self._tasks[partition]
+        self._keep_counts(sink)
         log.info("group %s: partition %d stopped here", self.group, partition)
 
     def _ended(self, partition: int, sink: Sink, task: asyncio.Task[int]) -> None:
-        if self.sinks.get(partition) is not sink:
+        if partition in self._stopping or self.sinks.get(partition) is not sink:
             return  # stopped on purpose (``stop_partition``)
         del self.sinks[partition], self._tasks[partition]
+        self._keep_counts(sink)
         exc = None if task.cancelled() else task.exception()
         if isinstance(exc, Fenced):
             self.membership.lost(partition)
@@ -143,6 +146,11 @@ class GroupSink:
             exc = SinkFailed(f"partition {partition}: {type(exc).__name__}: {exc}")
         self._fatal = exc  # as one sink would: the member stops and says why
         self.stop()
+
+    def _keep_counts(self, sink: Sink) -> None:
+        stats = sink.stats()
+        for name in SUMMED:
+            self._past[name] += stats[name]
 
     async def flush(self) -> None:
         """Each partition's (a failure there stops that partition's sink, not this loop)."""
@@ -162,7 +170,7 @@ class GroupSink:
 
     @property
     def events(self) -> int:
-        return sum(sink.events for sink in self.sinks.values())
+        return self._past["events"] + sum(sink.events for sink in self.sinks.values())
 
     def stats(self) -> dict[str, Any]:
         parts = {p: sink.stats() for p, sink in sorted(self.sinks.items())}
@@ -207,5 +215,7 @@ class GroupSink:
             "group": group,
         }
         for name in SUMMED:
+            stats[name] = self._past[name] + sum(s[name] for s in parts.values())
+        for name in GAUGES:
             stats[name] = sum(s[name] for s in parts.values())
         return stats

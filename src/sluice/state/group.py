@@ -45,14 +45,12 @@ class StateGroup:
         self.services: dict[int, StateService] = {}  # held or kept warm as a standby
         self.owned: set[int] = set()
         self.standing: set[int] = set()  # partitions this member keeps warm for their owner
+        # counters of the partitions dropped here (a counter never goes down)
+        self.past: dict[str, int] = {"windows": 0, "changes": 0, "events": 0}
         self.membership = Membership(settings, self, {"name": config.name, "url": url})
 
-    async def start(self) -> StateGroup:
-        await self.membership.start()
-        return self
-
     async def stop(self) -> None:
-        await self.membership.stop()  # the partitions held
+        await self.membership.stop()  # the partitions held (again: safe twice)
         for partition in sorted(self.services):  # and the standby copies
             await self._drop(partition)
 
@@ -109,6 +107,9 @@ class StateGroup:
     async def _drop(self, partition: int) -> None:
         service = self.services.pop(partition, None)
         if service is not None:
+            stats = service.stats()
+            for name in self.past:
+                self.past[name] += stats[name]
             with contextlib.suppress(SluiceError):
                 await service.stop()
 

@@ -260,14 +260,16 @@ class StateServer:
             for part in parts:
                 for table, n in part["keys"].items():
                     keys[table] = keys.get(table, 0) + n
+            # a member holding no partition (more members than partitions) is idle, not
+            # restoring: it answers by forwarding
+            phase = "idle" if not parts else "online" if None not in scns else "restoring"
             stats = {
                 "name": self.config.name, "role": "state", "store": str(self.config.store),
-                "phase": "online" if parts and None not in scns else "restoring",
+                "phase": phase,
                 "store_scn": min(scns) if parts and None not in scns else None,
                 "checkpoint": None, "keys": keys,
-                "windows": sum(p["windows"] for p in parts),
-                "changes": sum(p["changes"] for p in parts),
-                "events": sum(p["events"] for p in parts),
+                **{k: self.group.past[k] + sum(p[k] for p in parts)
+                   for k in ("windows", "changes", "events")},
                 "keyless_skipped": sorted({t for p in parts for t in p["keyless_skipped"]}),
                 "relays": list(self.config.relays), "bootstrap": self.config.bootstrap,
                 "error": next((p["error"] for p in parts if p["error"]), None),
@@ -283,8 +285,14 @@ class StateServer:
     async def healthz(self, request: web.Request) -> web.Response:
         stats = self._stats()
         problems = [f"stopped: {stats['error']}"] if stats["error"] else []
-        if stats["store_scn"] is None:
+        if stats["store_scn"] is None and stats["phase"] != "idle":
             problems.append(f"restoring ({stats['phase']}): no SCN reflected yet")
+        group = stats.get("group")
+        if group is not None:  # as a sink group member says it
+            if group["waiting"]:
+                problems.append(f"group {group['group']}: {group['waiting']}")
+            if group["coordinator_error"]:
+                problems.append(f"coordinator: {group['coordinator_error']}")
         body = {"status": "ok" if not problems else "unhealthy", "problems": problems,
                 "store_scn": stats["store_scn"], "phase": stats["phase"]}  # fmt: skip
         return json_response(200 if not problems else 503, body)

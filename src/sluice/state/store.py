@@ -15,6 +15,7 @@ never wait for the writer, and see only committed windows).
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from sluice.core.checkpoint import Checkpoint, Snapshot, decode_checkpoint, enco
 from sluice.core.event import Event
 from sluice.errors import ConfigError
 
+log = logging.getLogger(__name__)
 NAME = "state"
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS rows (source TEXT NOT NULL, key TEXT NOT NULL, "
@@ -60,6 +62,7 @@ class StateStore:
             self._conn.execute(sql)
         self._open_tx = False
         self.skipped_keyless: set[str] = set()
+        self._versions: dict[str, int] = {}  # source -> the schema version last seen
         self._known: dict[str, list[str]] = {
             source: json.loads(columns)
             for source, columns in self._conn.execute("SELECT source, columns FROM sources")
@@ -126,7 +129,10 @@ class StateStore:
         if event.op == "t":
             return conn.execute("DELETE FROM rows WHERE source = ?", (source,)).rowcount
         if event.key is None:  # a table without a key has no state by key
-            self.skipped_keyless.add(source)
+            if source not in self.skipped_keyless:
+                log.warning("%s has no primary key: its changes are not kept (no state by "
+                            "key); /stats lists it under keyless_skipped", source)  # fmt: skip
+                self.skipped_keyless.add(source)
             return 0
         key = key_text(event.key)
         if event.op == "d" or event.after is None:
@@ -144,9 +150,11 @@ class StateStore:
             "ts_ms = excluded.ts_ms",
             (source, key, json.dumps(event.after, ensure_ascii=False), event.scn, event.ts_ms),
         )
-        columns = list(event.after)
-        if self._known.get(source) != columns:
-            self._remember(source, event.key, columns)
+        if self._versions.get(source) != event.schema_version:  # once per schema version
+            self._versions[source] = event.schema_version
+            columns = list(event.after)
+            if self._known.get(source) != columns:
+                self._remember(source, event.key, columns)
         return 1
 
     def _remember(self, source: str, key: dict[str, Any], columns: list[str]) -> None:
